@@ -181,7 +181,7 @@ class ReplayOutcome:
     """What a replay produced. ``complete`` is False when it stopped early (``error`` says why);
     the records then hold every request that finished, and the run directory can be resumed.
     ``itl_mean_s``: per row of ``records``, the mean time apart of its tokens after the first
-    as the client read them (:func:`~kvbudget.live.run_dir.itl_means_of_parts`; None: not
+    as the client read them (:func:`~kvbudget.results.run_parts.itl_means_of_parts`; None: not
     known), from which ``validate --url`` finds the answers the client read whole at once."""
 
     records: pd.DataFrame

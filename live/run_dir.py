@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from kvbudget.results.metrics import aggregate_token_gaps
 from kvbudget.results.recordings import read_replay_meta
@@ -28,6 +27,10 @@ from kvbudget.results.records import (
     TIMELINE_COLUMNS,
     TOKEN_GAP_COLUMNS,
 )
+from kvbudget.results.run_parts import REQUESTS_PART as REQUESTS_PART
+from kvbudget.results.run_parts import TOKEN_GAPS_KEY as TOKEN_GAPS_KEY
+from kvbudget.results.run_parts import itl_means_of_parts as itl_means_of_parts
+from kvbudget.results.run_parts import read_jsonl as read_jsonl
 from kvbudget.results.run_result import (
     ATTEMPTS_FILE,
     REQUESTS_FILE,
@@ -39,7 +42,6 @@ from kvbudget.results.run_result import (
 if TYPE_CHECKING:
     import pandas as pd
 
-REQUESTS_PART = "requests.part.jsonl"
 TIMELINE_PART = "timeline.part.jsonl"
 ATTEMPTS_PART = "attempts.part.jsonl"
 META_FILE = "replay.json"
@@ -49,9 +51,6 @@ EXTRA_RECORD_COLUMNS: dict[str, str] = {"error": "str"}
 and reason ``backend_error``; it is empty otherwise."""
 
 LIVE_RECORD_COLUMNS: dict[str, str] = {**RECORD_COLUMNS, **EXTRA_RECORD_COLUMNS}
-TOKEN_GAPS_KEY = "token_gaps_s"
-"""Key of a completed row in ``requests.part.jsonl``: the gaps between its answer's output
-chunks (seconds; not a records column: ``token_gaps.parquet`` is made from them)."""
 
 
 def _json_value(value: Any) -> Any:
@@ -60,28 +59,6 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     return value
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a part file. A last line cut short by a crash is ignored; any other bad line is
-    an error naming the file and line."""
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            if number == len(lines):
-                break  # the write in progress when the process died
-            raise ValueError(f"{path}:{number}: not a JSON object") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: not a JSON object")
-        rows.append(row)
-    return rows
 
 
 class RunDir:
@@ -223,27 +200,6 @@ def token_gaps_of_parts(out_dir: Path) -> dict[str, Any] | None:
     code = {name: j for j, name in enumerate(names)}
     return aggregate_token_gaps(np.array([code[t] for t in tiers], np.int64), names,
                                 np.array(gaps, np.float64), np.ones(len(gaps), np.int64))
-
-
-def itl_means_of_parts(out_dir: Path, records: pd.DataFrame) -> npt.NDArray[np.float64]:
-    """Per row of ``records`` (:func:`read_parts`'), the time between its first and last output
-    chunks over its output tokens after the first, from its gaps in ``requests.part.jsonl``:
-    the mean time apart of its tokens after the first as its client read them, never more than
-    its TPOT, which counts the time after the last chunk too. NaN where the row is not
-    completed, has fewer than two output tokens or two chunks, or was written without its gaps
-    (a version before they were kept). What
-    :func:`~kvbudget.results.recorded_whole_answer.whole_answer_rows` reads."""
-    by_id = {int(r["request_id"]): r for r in read_jsonl(out_dir / REQUESTS_PART)}
-    out = np.full(len(records), np.nan)
-    ids = records["request_id"].to_numpy()
-    output = records["output_tokens"].to_numpy()
-    for i, (request_id, num_tokens) in enumerate(zip(ids, output, strict=True)):
-        row = by_id.get(int(request_id), {})
-        gaps = row.get(TOKEN_GAPS_KEY)
-        if (row.get("status") == "completed" and isinstance(gaps, list) and gaps
-                and int(num_tokens) >= 2):
-            out[i] = float(sum(float(g) for g in gaps)) / (int(num_tokens) - 1)
-    return out
 
 
 def engine_preemptions(out_dir: Path) -> int:

@@ -31,6 +31,7 @@ from kvbudget.results.recording import (
     build_recording,
     read_replay_meta,
 )
+from kvbudget.results.run_parts import REQUESTS_PART, itl_means_of_parts
 from kvbudget.results.run_result import read_run
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -399,6 +400,22 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> di
     return config
 
 
+def _itl_means(path: Path, rec: Any) -> FloatArray | None:
+    """Per row of a run directory's records (``rec``), the mean time apart of its tokens after
+    the first as the client read them, from the gaps between its chunks that a replay's or
+    ``kvbudget serve``'s ``requests.part.jsonl`` keeps
+    (:func:`~kvbudget.results.run_parts.itl_means_of_parts`; NaN where not kept): what finds
+    the requests whose answer the client read whole at once, as ``validate --url`` finds them
+    in its own run, where the TPOT (which counts the time after the last chunk too) misses
+    some. None for a directory without that file (a simulated run's)."""
+    if not (path / REQUESTS_PART).is_file():
+        return None
+    try:
+        return itl_means_of_parts(path, rec)
+    except ValueError as exc:
+        raise TraceError(None, str(exc)) from None
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -449,6 +466,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     recording = build_recording(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
-                       stage=[""] * n, itl_mean=None, config=config, counts=counts,
+                       stage=[""] * n, itl_mean=_itl_means(path, rec), config=config,
+                       counts=counts,
                        notes=[rules] if rules else [], output_measured=output)
     return replace(recording, workload=workload)
