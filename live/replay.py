@@ -56,7 +56,6 @@ from kvbudget.live.run_dir import (
     RunDir,
     attempts_frame,
     engine_preemptions,
-    itl_means_of_parts,
     read_parts,
     token_gaps_of_parts,
     write_outputs,
@@ -93,6 +92,7 @@ from kvbudget.results.records import (
     engine_refusal,
     server_refusal,
 )
+from kvbudget.results.run_parts import itl_means_of_parts
 from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop

@@ -29,7 +29,6 @@ from kvbudget.results.records import (
 )
 from kvbudget.results.run_parts import REQUESTS_PART as REQUESTS_PART
 from kvbudget.results.run_parts import TOKEN_GAPS_KEY as TOKEN_GAPS_KEY
-from kvbudget.results.run_parts import itl_means_of_parts as itl_means_of_parts
 from kvbudget.results.run_parts import read_jsonl as read_jsonl
 from kvbudget.results.run_result import (
     ATTEMPTS_FILE,

@@ -32,8 +32,8 @@ from livevllm import (
 )
 
 from kvbudget.analysis.whole_answer import whole_answer_rows_of_run
-from kvbudget.live.run_dir import itl_means_of_parts
 from kvbudget.results.recordings import read_recording
+from kvbudget.results.run_parts import itl_means_of_parts
 from kvbudget.results.run_result import read_run
 
 pytestmark = pytest.mark.live

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from kvbudget.live.replay import finalize
-from kvbudget.live.run_dir import TOKEN_GAPS_KEY, RunDir, itl_means_of_parts, read_parts
+from kvbudget.live.run_dir import TOKEN_GAPS_KEY, RunDir, read_parts
 from kvbudget.policies import DEFAULT_TIERS, make_policy
+from kvbudget.results.run_parts import itl_means_of_parts
 
 
 def _row(request_id: int, *, output: int, gaps: list[float] | None,
