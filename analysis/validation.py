@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from kvbudget.analysis.whole_answer import live_whole_answer_said
 from kvbudget.policies import TierConfig
-from kvbudget.results.metrics import quantiles, summarize
+from kvbudget.results.metrics import quantiles, summarize, weighted_quantiles
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -172,6 +172,7 @@ def validate_runs(
     sim_token_gaps: Mapping[str, Any] | None = None,
     whole_answer: npt.NDArray[np.bool_] | None = None,
     whole_answer_by_gaps: bool = False,
+    itl_gaps: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> tuple[Validation, pd.DataFrame]:
     """Compare a simulated run with a measured one; returns the validation and the simulated
     records as compared (with the front-end overhead added). With ``sim_token_gaps`` (the
@@ -182,7 +183,10 @@ def validate_runs(
     by their gaps: ``whole_answer_by_gaps``): their measured TTFT and TPOT are the client's
     read, so both summaries' TTFT and TPOT figures and the per-request MAPEs take the other
     requests only (:func:`client_reads_left_out`), E2E and throughput every one, and the
-    validation's ``said`` says so. None of them (or None): the comparison of every request."""
+    validation's ``said`` says so. With ``itl_gaps`` (the token-gaps tables of the completed
+    requests not in ``whole_answer``, simulated and measured), so do the ITL rows
+    (:func:`itl_of_others`); without it they pool every completed request's gaps, said too.
+    None of them (or None): the comparison of every request."""
     adjusted = add_frontend_overhead(sim_records, frontend_overhead_s)
     sim_summary = summary_of(adjusted, sim_timeline, tiers, capacity_tokens, policy,
                              sim_token_gaps)
@@ -194,13 +198,16 @@ def validate_runs(
         live_records, adjusted = client_reads_left_out(live_records, adjusted, burst)
         measured = _with_latencies(measured, live_records)
         sim_summary = _with_latencies(sim_summary, adjusted)
+        if itl_gaps is not None:
+            sim_summary, measured = itl_of_others(sim_summary, measured, *itl_gaps)
     metrics = compare_metrics(sim_summary, measured)
     said: tuple[str, ...] = ()
     if burst.any():
         num_completed = int((live_records["status"] == "completed").sum())
+        with_itl = bool((metrics["metric"] == "itl_p50_s").any())
         said = (live_whole_answer_said(int(burst.sum()), num_completed,
-                                       by_gaps=whole_answer_by_gaps,
-                                       with_itl=bool((metrics["metric"] == "itl_p50_s").any())),)
+                                       by_gaps=whole_answer_by_gaps, with_itl=with_itl,
+                                       itl_of_others=with_itl and itl_gaps is not None),)
     return Validation(metrics, per_request_errors(adjusted, live_records), frontend_overhead_s,
                       said), adjusted
 
@@ -246,6 +253,28 @@ def _with_latencies(summary: Mapping[str, Any], records: pd.DataFrame) -> dict[s
         metric: quantiles(records[metric].to_numpy(dtype=np.float64)[done])
         for metric in CLIENT_READ_METRICS}}
     return {**summary, "overall": overall}
+
+
+def itl_of_others(simulated: Mapping[str, Any], measured: Mapping[str, Any],
+                  sim_gaps: Mapping[str, Any], live_gaps: Mapping[str, Any]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both summaries with their overall ITL (``itl_s``, where they have it) that of the
+    token-gaps tables ``sim_gaps`` and ``live_gaps``: the gaps of the completed requests whose
+    client did not read the whole answer at once, pooled over the tiers as the summary's are.
+    When no such live request kept a gap, the measured ITL has no figure and the simulated
+    one stays that of every request (as :func:`client_reads_left_out` keeps TTFT)."""
+    kept = int(np.asarray(live_gaps["num_gaps"], dtype=np.int64).sum()) > 0
+
+    def with_itl(summary: Mapping[str, Any], gaps: Mapping[str, Any]) -> dict[str, Any]:
+        overall = summary["overall"]
+        if "itl_s" in overall:
+            overall = {**overall, "itl_s": weighted_quantiles(
+                np.asarray(gaps["gap_s"], dtype=np.float64),
+                np.asarray(gaps["num_gaps"], dtype=np.int64))}
+        return {**summary, "overall": overall}
+
+    return (with_itl(simulated, sim_gaps) if kept else dict(simulated),
+            with_itl(measured, live_gaps))
 
 
 def _with_sustained(summary: Mapping[str, Any], records: pd.DataFrame) -> Mapping[str, Any]:

@@ -92,7 +92,7 @@ from kvbudget.results.records import (
     engine_refusal,
     server_refusal,
 )
-from kvbudget.results.run_parts import itl_means_of_parts
+from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop
@@ -182,7 +182,10 @@ class ReplayOutcome:
     the records then hold every request that finished, and the run directory can be resumed.
     ``itl_mean_s``: per row of ``records``, the mean time apart of its tokens after the first
     as the client read them (:func:`~kvbudget.results.run_parts.itl_means_of_parts`; None: not
-    known), from which ``validate --url`` finds the answers the client read whole at once."""
+    known), from which ``validate --url`` finds the answers the client read whole at once;
+    ``token_gaps_s``: per row, the gaps between its answer's chunks as the client read them
+    (:func:`~kvbudget.results.run_parts.token_gaps_of_rows`; None: not completed, or not
+    kept), from which it compares ITL over the other requests."""
 
     records: pd.DataFrame
     timeline: pd.DataFrame
@@ -191,6 +194,7 @@ class ReplayOutcome:
     error: str = ""
     num_replayed: int = 0
     itl_mean_s: npt.NDArray[np.float64] | None = None
+    token_gaps_s: list[npt.NDArray[np.float64] | None] | None = None
 
 
 @dataclass(eq=False)
@@ -897,8 +901,9 @@ def finalize(
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
+    by_row = token_gaps_of_rows(out_dir, records)
     return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests,
-                         itl_mean_s=itl_means_of_parts(out_dir, records))
+                         itl_mean_s=itl_means_of(by_row, records), token_gaps_s=by_row)
 
 
 def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None

@@ -9,6 +9,7 @@ read_run_dir`) that finds from it the requests whose answer the client read whol
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,26 @@ def itl_means_of_parts(out_dir: Path, records: pd.DataFrame) -> npt.NDArray[np.f
     one). What :func:`~kvbudget.results.recorded_whole_answer.whole_answer_rows` reads.
     A part row without a request id, or gaps that are not numbers: a ValueError naming the
     file and request."""
+    return itl_means_of(token_gaps_of_rows(out_dir, records), records)
+
+
+def itl_means_of(gaps: Sequence[npt.NDArray[np.float64] | None],
+                 records: pd.DataFrame) -> npt.NDArray[np.float64]:
+    """:func:`itl_means_of_parts` of each row's ``gaps`` (:func:`token_gaps_of_rows`)."""
+    out = np.full(len(records), np.nan)
+    for i, (mine, num_tokens) in enumerate(zip(gaps, records["output_tokens"], strict=True)):
+        if mine is not None and mine.size and int(num_tokens) >= 2:
+            out[i] = float(sum(mine.tolist())) / (int(num_tokens) - 1)
+    return out
+
+
+def token_gaps_of_rows(out_dir: Path, records: pd.DataFrame
+                       ) -> list[npt.NDArray[np.float64] | None]:
+    """Per row of ``records`` (a run's, any order), the gaps between its answer's output
+    chunks as its client read them (``requests.part.jsonl``, the last row of a request id);
+    None where the row is not completed or was written without its gaps. A part row without a
+    request id, or gaps that are not finite numbers of seconds, at least 0: a ValueError
+    naming the file and request."""
     path = out_dir / REQUESTS_PART
     by_id: dict[int, dict[str, Any]] = {}
     for row in read_jsonl(path):
@@ -64,20 +85,19 @@ def itl_means_of_parts(out_dir: Path, records: pd.DataFrame) -> npt.NDArray[np.f
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"{path}: a row without an integer request_id "
                              f"({str(row.get('request_id'))[:40]!r})") from None
-    out = np.full(len(records), np.nan)
-    ids = records["request_id"].to_numpy()
-    output = records["output_tokens"].to_numpy()
-    for i, (request_id, num_tokens) in enumerate(zip(ids, output, strict=True)):
+    out: list[npt.NDArray[np.float64] | None] = []
+    for request_id in records["request_id"].tolist():
         row = by_id.get(int(request_id), {})
         gaps = row.get(TOKEN_GAPS_KEY)
-        if (row.get("status") == "completed" and isinstance(gaps, list) and gaps
-                and int(num_tokens) >= 2):
-            out[i] = _gap_sum(gaps, path, int(request_id)) / (int(num_tokens) - 1)
+        if row.get("status") == "completed" and isinstance(gaps, list):
+            out.append(_gap_values(gaps, path, int(request_id)))
+        else:
+            out.append(None)
     return out
 
 
-def _gap_sum(gaps: list[Any], path: Path, request_id: int) -> float:
-    """The sum of one row's gaps, each a finite number of seconds, at least 0."""
+def _gap_values(gaps: list[Any], path: Path, request_id: int) -> npt.NDArray[np.float64]:
+    """One row's gaps, each a finite number of seconds, at least 0."""
     try:
         values = [float(g) for g in gaps]
     except (TypeError, ValueError):
@@ -85,4 +105,4 @@ def _gap_sum(gaps: list[Any], path: Path, request_id: int) -> float:
     if not all(v >= 0 and np.isfinite(v) for v in values):
         raise ValueError(f"{path}: request {request_id}: {TOKEN_GAPS_KEY} must be finite "
                          "numbers of seconds, at least 0")
-    return float(sum(values))
+    return np.array(values, np.float64)

@@ -43,13 +43,17 @@ class RunResult:
     ``attempt_columns``: one row per attempt (``attempts.parquet``), when the run modelled its
     clients; ``None`` otherwise. ``token_gap_columns``: the inter-token gaps of the completed
     requests (:data:`~kvbudget.results.records.TOKEN_GAP_COLUMNS`, ``token_gaps.parquet``);
-    ``None`` for a run directory written before they were recorded."""
+    ``None`` for a run directory written before they were recorded.
+    ``chosen_token_gap_columns``: the same table of the completed requests ``simulate``'s
+    ``token_gaps_of`` chose (``kvbudget validate --url``'s: those its client did not read whole
+    at once); not written to a run directory; ``None`` without it."""
 
     record_columns: dict[str, Any]
     timeline_columns: dict[str, Any]
     summary: dict[str, Any]
     attempt_columns: dict[str, Any] | None = None
     token_gap_columns: dict[str, Any] | None = None
+    chosen_token_gap_columns: dict[str, Any] | None = field(default=None, repr=False)
     _records_df: Any = field(default=None, repr=False)
     _timeline_df: Any = field(default=None, repr=False)
 

@@ -97,8 +97,10 @@ class _Simulation:
         config: SimConfig,
         setup: ReplicaSetup,
         progress: Callable[[int], None] | None = None,
+        token_gaps_of: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         self.progress = progress
+        self.token_gaps_of = token_gaps_of
         self.setup = setup
         self.policy = policy
         self.config = config
@@ -414,7 +416,10 @@ class _Simulation:
             {name: _knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
                                                        strict=True)}
             if isinstance(e, DisaggFleet) else _knobs(self.setup.engine))
-        fig = e.request_figures(completed, np.asarray(w.tier, np.int64))
+        codes = np.asarray(w.tier, np.int64)
+        if self.token_gaps_of is not None:  # the chosen rows' gaps apart: codes past the tiers'
+            codes = codes + len(w.tier_names) * self.token_gaps_of
+        fig = e.request_figures(completed, codes)
         recomputed = fig.recomputed_tokens
         figures["recomputed_tokens_by_tier"] = {
             name: int(recomputed[w.tier == code].sum()) for code, name in enumerate(w.tier_names)}
@@ -422,10 +427,7 @@ class _Simulation:
         attempts = None if self._clients is None else self._clients.table(w.request_id)
         del e, recomputed
         self._let_engine_go()
-        # the gaps between a completed request's tokens, each with the front end's per-token
-        # cost (as finished_s has it for every token after the first)
-        token_gaps = aggregate_token_gaps(
-            fig.gap_tier, list(w.tier_names), self.frontend.gaps_s(fig.gap_s), fig.num_gaps)
+        token_gaps, chosen_gaps = self._token_gaps(fig)
         records = self._records(completed, fig)
         del fig
         timeline = timeline_columns(tl)
@@ -445,7 +447,23 @@ class _Simulation:
             token_gaps=token_gaps,
             extra=self._summary_extra(figures, num_gpu_blocks, block_size),
         )
-        return RunResult(records, timeline, summary, attempts, token_gaps)
+        return RunResult(records, timeline, summary, attempts, token_gaps,
+                         chosen_token_gap_columns=chosen_gaps)
+
+    def _token_gaps(self, fig: RequestFigures) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The token-gaps table of the completed requests (``fig``'s gap rows, their codes the
+        tiers') and, with ``token_gaps_of``, that of the completed requests it chose (their
+        codes past the tiers': the first table is the same as without it, equal gaps of a tier
+        merged into one row either way). Each gap with the front end's per-token cost (as
+        finished_s has it for every token after the first)."""
+        names = list(self.w.tier_names)
+        gap_s = self.frontend.gaps_s(fig.gap_s)
+        if self.token_gaps_of is None:
+            return aggregate_token_gaps(fig.gap_tier, names, gap_s, fig.num_gaps), None
+        tier = fig.gap_tier % len(names)
+        chosen = fig.gap_tier >= len(names)
+        return (aggregate_token_gaps(tier, names, gap_s, fig.num_gaps),
+                aggregate_token_gaps(tier[chosen], names, gap_s[chosen], fig.num_gaps[chosen]))
 
     def _records(self, completed: npt.NDArray[np.bool_], fig: RequestFigures) -> dict[str, Any]:
         """The records' columns, one row per workload row: the gateway's outcome columns, and
@@ -640,6 +658,7 @@ def simulate(
     config: SimConfig | None = None,
     *,
     progress: Callable[[int], None] | None = None,
+    token_gaps_of: npt.NDArray[np.bool_] | None = None,
 ) -> RunResult:
     """Simulate ``workload`` through the gateway ``policy`` (:func:`kvbudget.make_policy`) and
     the engine model; return the :class:`~kvbudget.results.run_result.RunResult` (records,
@@ -649,7 +668,11 @@ def simulate(
     defaults and the default tiers (the result's ``simulated:`` line says them). Gateway request
     ids are the workload's row numbers; the records carry the workload's own ``request_id``
     column. ``progress`` is called with the number of requests offered since its last call
-    (every 1,000 arrivals), for a progress bar.
+    (every 1,000 arrivals), for a progress bar. ``token_gaps_of`` (a flag per workload row):
+    the result also has the inter-token gaps of the completed requests it flags
+    (``chosen_token_gap_columns``, not written to a run directory; ``kvbudget validate --url``
+    compares ITL over the requests its client did not read whole at once); every other figure
+    is the same as without it.
     """
     wall_start = time.perf_counter()
     config = SimConfig() if config is None else config
@@ -664,6 +687,12 @@ def simulate(
         raise ValueError("the workload has no requests")
     _check_timeline_size(workload, config.timeline_period_s)
     _check_request_ids(workload)
+    if token_gaps_of is not None:
+        token_gaps_of = np.asarray(token_gaps_of)
+        if token_gaps_of.dtype != np.bool_ or token_gaps_of.shape != (len(workload),):
+            raise ValueError(f"simulate: token_gaps_of must be a flag per workload row "
+                             f"({len(workload)}), got {token_gaps_of.dtype} of shape "
+                             f"{token_gaps_of.shape}")
     # the GPU and the model looked up, the engine's defaults filled in, the KV blocks sized and
     # the step-time model built once for the run (the KV blocks where a replica runs on the
     # config's GPU: a fleet resolves its other GPUs itself, once each)
@@ -675,7 +704,7 @@ def simulate(
         _check_step_time(setup.cost_model,  # figures from a file: bounded
                          f"gpu {config.gpu}, model {config.model}"
                          + ("" if config.cost_model is None else ", the given cost model"))
-    return _Simulation(workload, policy, config, setup, progress).run(wall_start)
+    return _Simulation(workload, policy, config, setup, progress, token_gaps_of).run(wall_start)
 
 
 MAX_STEP_S = 600.0

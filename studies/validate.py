@@ -36,7 +36,11 @@ from kvbudget.analysis.validation import (
     validate_runs,
     without_client_reads,
 )
-from kvbudget.analysis.whole_answer import whole_answer_rows_of_run, whole_answer_said
+from kvbudget.analysis.whole_answer import (
+    gaps_of_rows,
+    whole_answer_rows_of_run,
+    whole_answer_said,
+)
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
@@ -350,28 +354,39 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
                      meta: Mapping[str, Any] | None = None, title: str = "") -> LiveComparison:
     """Simulate the replayed workload on the server's configuration (``config``: its blocks,
     batch limits, the calibrated cost model and front-end overhead) and compare it with the
-    live run (``records``, ``timeline``, ``summary`` and, a replay's, ``itl_mean_s``); with
-    ``drift_factor``, also with every step time scaled by it (a linear cost model's
-    ``scaled``). The live requests whose client got the whole answer in one read
+    live run (``records``, ``timeline``, ``summary`` and, a replay's, ``itl_mean_s`` and
+    ``token_gaps_s``); with ``drift_factor``, also with every step time scaled by it (a linear
+    cost model's ``scaled``). The live requests whose client got the whole answer in one read
     (:func:`~kvbudget.analysis.whole_answer.whole_answer_rows_of_run`) are left out of TTFT
-    and TPOT on both sides, and said (``validate_runs``). Writes ``validation.csv``,
+    and TPOT on both sides, and of ITL where the live run has each request's gaps (the
+    simulation's gaps of the other requests: ``simulate``'s ``token_gaps_of``), and said
+    (``validate_runs``). Writes ``validation.csv``,
     ``validation.json`` (with ``meta``), ``validate.png``, ``sim/`` (and
     ``sim-drift-corrected/``) under ``out``."""
     overhead = config.frontend_overhead_s
     policy_name = new_policy().name
-    sim = simulate(workload, new_policy(), config)
-    sim.write(out / "sim")
     itl_mean = getattr(live, "itl_mean_s", None)
     burst = whole_answer_rows_of_run(live.records, itl_mean)
     by_gaps = itl_mean is not None and bool(np.isfinite(np.asarray(itl_mean)[burst]).all())
+    # ITL over the same requests on both sides: the live ones not read whole, their chunks'
+    # gaps, and the simulation's gaps of those requests (where the replay kept each one's)
+    live_gaps = getattr(live, "token_gaps_s", None)
+    others, live_itl = None, None
+    if live_gaps is not None and burst.any():
+        others = ~np.isin(workload.request_id, live.records["request_id"].to_numpy()[burst])
+        live_itl = gaps_of_rows(live.records, live_gaps, ~burst)
+    sim = simulate(workload, new_policy(), config, token_gaps_of=others)
+    sim.write(out / "sim")
 
     def compare(run: RunResult) -> tuple[Validation, pd.DataFrame]:
+        sim_itl = run.chosen_token_gap_columns
         result, adjusted = validate_runs(
             run.records, run.timeline, run.summary.get("engine", {}), live.records,
             live.summary, tiers=config.tiers, capacity_tokens=capacity_tokens,
             policy=policy_name, frontend_overhead_s=0.0,  # the simulation added it already
             sim_token_gaps=run.token_gap_columns, whole_answer=burst,
-            whole_answer_by_gaps=by_gaps)
+            whole_answer_by_gaps=by_gaps,
+            itl_gaps=None if live_itl is None or sim_itl is None else (sim_itl, live_itl))
         return replace(result, frontend_overhead_s=overhead), adjusted
 
     result, adjusted = compare(sim)
@@ -382,7 +397,8 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
             raise ValueError("drift correction needs a linear cost model")
         scaled = cost.scaled(drift_factor,
                              f"{cost.source}, x{drift_factor:.4f} (validate speed checks)")
-        sim_c = simulate(workload, new_policy(), replace(config, cost_model=scaled))
+        sim_c = simulate(workload, new_policy(), replace(config, cost_model=scaled),
+                         token_gaps_of=others)
         sim_c.write(out / "sim-drift-corrected")
         outcome = LiveComparison(result, drift_factor, compare(sim_c)[0])
     result.metrics.to_csv(out / "validation.csv", index=False)

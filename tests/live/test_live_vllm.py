@@ -33,7 +33,7 @@ from livevllm import (
 
 from kvbudget.analysis.whole_answer import whole_answer_rows_of_run
 from kvbudget.results.recordings import read_recording
-from kvbudget.results.run_parts import itl_means_of_parts
+from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.run_result import read_run
 
 pytestmark = pytest.mark.live
@@ -113,11 +113,12 @@ def finite_errors(metrics: dict[str, dict[str, Any]]) -> None:
 def read_whole_said(out: Path, stdout: str, report: dict[str, Any], num_done: int) -> int:
     """How many of ``validate --url``'s completed live requests its client read whole at once
     (their chunks' gaps in ``live/requests.part.jsonl``; how many follows how busy the machine
-    is); asserts the comparison says so, under its table and in ``validation.json``, and
-    leaves their TTFT and TPOT out of the per-request MAPEs, or says nothing when there are
-    none. Returns the count."""
+    is); asserts the comparison says so, under its table and in ``validation.json``, leaves
+    their TTFT and TPOT out of the per-request MAPEs and their gaps out of the measured ITL
+    rows, or says nothing when there are none. Returns the count."""
     records = read_run(out / "live").records
-    burst = whole_answer_rows_of_run(records, itl_means_of_parts(out / "live", records))
+    gaps = token_gaps_of_rows(out / "live", records)
+    burst = whole_answer_rows_of_run(records, itl_means_of(gaps, records))
     num_burst = int(burst.sum())
     print(f"{num_burst} of {num_done} completed live requests read whole at once")
     if not num_burst:
@@ -125,11 +126,19 @@ def read_whole_said(out: Path, stdout: str, report: dict[str, Any], num_done: in
         return 0
     said = report["said"]
     assert len(said) == 1 and said[0].startswith(
-        f"TTFT and TPOT: {num_burst} of the {num_done} compared requests got their whole "
+        f"TTFT, TPOT and ITL: {num_burst} of the {num_done} compared requests got their whole "
         "answer in one read")
     assert " ".join(said[0].split()) in " ".join(stdout.split())
     pairs = {r["metric"]: r["num_pairs"] for r in report["per_request"]}
     assert pairs["ttft_s"] <= num_done - num_burst and pairs["tpot_s"] <= num_done - num_burst
+    # the measured ITL rows: the gaps of the other requests only
+    done = (records["status"] == "completed").to_numpy()
+    kept = [g for g, keep in zip(gaps, done & ~burst, strict=True) if keep and g is not None]
+    measured = {r["metric"]: r["measured"] for r in report["metrics"]}
+    if kept and sum(g.size for g in kept):
+        assert measured["itl_p50_s"] == pytest.approx(np.percentile(np.concatenate(kept), 50))
+    else:
+        assert measured["itl_p50_s"] is None
     return num_burst
 
 

@@ -57,7 +57,8 @@ def simulated() -> RunResult:
 def _live(sim: RunResult, burst: list[int]) -> ReplayOutcome:
     """The simulated run as a live replay's outcome, the requests ``burst`` read whole at once
     (every token at its last one's time), each request's mean time apart of its tokens after
-    the first as its chunks' gaps give it."""
+    the first as its chunks' gaps give it; not each one's gaps (``token_gaps_s``), so the ITL
+    rows pool every request's, said (tests/unit/studies/test_whole_answer_itl.py: with them)."""
     records = sim.records.sort_values("request_id").reset_index(drop=True).copy()
     itl = records["tpot_s"].to_numpy(dtype=np.float64).copy()
     for i in burst:
