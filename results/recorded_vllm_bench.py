@@ -478,7 +478,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         due, sent = bench_arrivals(doc, e2e, n, seed, sub)
         arrival = due if stage.load == "capped" else sent
         notes.extend(where + s for s in sub)
-        window = _window_note(doc, arrival, np.where(failed, np.nan, e2e), output, where)
+        window = _window_note(doc, sent, np.where(failed, np.nan, e2e), output, where)
         notes.extend([window] if window else [])
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
@@ -491,7 +491,7 @@ WINDOW_SAID = 0.01
 ``duration`` before a note says so."""
 
 
-def _window_note(doc: Mapping[str, Any], arrival: FloatArray, e2e: FloatArray,
+def _window_note(doc: Mapping[str, Any], sent: FloatArray, e2e: FloatArray,
                  output: FloatArray, where: str) -> str | None:
     """The file's own ``duration`` (vLLM's client: first send to last answer, the denominator
     of its ``output_throughput``) beside the span the redrawn sends give its requests, when they
@@ -504,7 +504,7 @@ def _window_note(doc: Mapping[str, Any], arrival: FloatArray, e2e: FloatArray,
     if not isinstance(duration, int | float) or isinstance(duration, bool) or \
             not math.isfinite(duration) or duration <= 0 or not done.any():
         return None
-    span = float(np.max(arrival[done] + e2e[done]) - np.min(arrival))
+    span = float(np.max(sent[done] + e2e[done]) - np.min(sent))
     tokens = float(np.sum(output[done]))
     if span <= 0 or abs(span / duration - 1.0) <= WINDOW_SAID:
         return None

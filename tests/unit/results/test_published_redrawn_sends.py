@@ -55,6 +55,17 @@ def test_a_redrawn_span_off_the_files_duration_is_said(tmp_path: Path) -> None:
     assert not any("the file's duration is" in n for n in rec.notes)
 
 
+def test_a_capped_runs_span_counts_from_its_sends(tmp_path: Path) -> None:
+    # github.com/aurotripathy/vllm-bench FP8-1xL40s--8B-llama-qps-16.0-2025-04-20/ at f504e17:
+    # 16 req/s at most 16 in flight, its duration 68.4 s; a request's E2E counts from its send
+    # (when a slot freed), not from when it was due, so the span is the sends' (the measured
+    # output tokens/s matched the file's; the span from the due times was 16.6 s)
+    rec = read_recording(as_vllm_0_8(tmp_path, max_concurrency=1))
+    assert rec.stages[0].load == "capped" and rec.stages[0].max_concurrency == 1
+    rec = read_recording(as_vllm_0_8(tmp_path, max_concurrency=1, duration=span(rec)))
+    assert not any("the file's duration is" in n for n in rec.notes)
+
+
 def test_recorded_sends_say_nothing_of_the_duration() -> None:
     rec = read_recording(VLLM / "rate8.json")
     assert not any("the file's duration is" in n for n in rec.notes)
