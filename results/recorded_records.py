@@ -91,7 +91,7 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     rule = REALISED_OUTPUT if max_output is None else max_output
     loaded = load_trace(path, TraceOptions(format="generic", columns=trace_cols or None,
                                            default_tier=default_tier, max_output=rule))
-    workload = loaded.workload
+    workload, rebased = _rebased(loaded.workload, trace_cols.get("arrival_s", "arrival_s"))
     measured = _read_measurements(path, names)
     numbers, line_of = measured.numbers, measured.line_of
     for canon in ("ttft_s", "e2e_s"):
@@ -124,8 +124,45 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
             n for n in (_less_read(str(w), read) for w in said) if n)})
     if trace_cols.get("max_output_tokens", "max_output_tokens") not in measured.file_columns:
         notes.append(max_tokens_note(None, max_output))
+    notes.extend([rebased] if rebased else [])
+    notes.append(OPEN_REPLAY_NOTE)
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+OPEN_REPLAY_NOTE = (
+    "load mode: the records format keeps none, so every request is sent at its recorded "
+    "arrival_s (an open loop), however long the simulated server takes; a closed loop's (N "
+    "users, each sending when its last answer came) would send sooner or later than recorded "
+    "as the simulated latencies differ: a load tool's own file (docs/recordings.md) keeps its "
+    "load mode")
+"""A records file says nothing of how its load was offered (``load_words``: "load mode not
+recorded"), and printed no stage line to say so: a closed loop's requests (the per-request
+``metrics.parquet`` of github.com/AdithyaSrivastava01/llm-serving-bench, concurrency 1) were
+replayed at their recorded sends, unsaid."""
+CLOCK_READING_S = 86400.0
+"""A recording whose first arrival is a day or more in reads a clock that did not start with
+the run (``time.perf_counter`` or ``time.monotonic``: seconds since the machine booted), which
+the trace loader keeps below its wall-clock bound (``workloads/traces/_finish.py``
+``ABSOLUTE_CLOCK_S``): replayed as written, the simulation idled that long before the first
+request and refused its timeline (the per-request ``metrics.parquet`` of
+github.com/AdithyaSrivastava01/llm-serving-bench, ``start_time`` from 10,434,806 s)."""
+
+
+def _rebased(workload: Workload, column: str) -> tuple[Workload, str]:
+    """The workload with its arrivals (and deadlines, on the same clock) moved so the first
+    request arrives at 0 where they read a clock's uptime (:data:`CLOCK_READING_S`), and the
+    note saying so; else as it was and ''."""
+    arrival = workload.arrival_s
+    if not len(arrival) or float(arrival.min()) < CLOCK_READING_S:
+        return workload, ""
+    first = float(arrival.min())
+    note = (f"{column} starts at {first:,.0f} s ({first / 86400:.3g} days in): a clock's "
+            "reading that did not start with the run (seconds since the machine booted, as "
+            "time.perf_counter and time.monotonic give), not when the server last sat idle: "
+            "the arrivals (and deadlines) are rebased so the first request arrives at 0")
+    return replace(workload, arrival_s=arrival - first,
+                   deadline_s=workload.deadline_s - first), note
 
 
 _UNREAD = re.compile(r"columns not read: (.*?)(?: \((\d+) in all\))?( \(the generic format .*)",

@@ -53,6 +53,7 @@ from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
 from kvbudget.results.recorded_vllm_bench_client import (
+    async_scheduling_note,
     chat_template_note,
     first_prompt_note,
     ignore_eos_note,
@@ -477,10 +478,41 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         due, sent = bench_arrivals(doc, e2e, n, seed, sub)
         arrival = due if stage.load == "capped" else sent
         notes.extend(where + s for s in sub)
+        window = _window_note(doc, sent, np.where(failed, np.nan, e2e), output, where)
+        notes.extend([window] if window else [])
     return _Run(prompt=prompt, output=np.where(failed & ~np.isfinite(output), 0, output),
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
                 itl_mean=itl_mean, failed=failed, arrival=arrival, sent=sent, stage=stage,
                 max_tokens=_recorded_max_tokens(path, doc, line), clock_s=clock_s)
+
+
+WINDOW_SAID = 0.01
+"""How far (a fraction) the redrawn sends may stretch or shrink the run's span from the file's
+``duration`` before a note says so."""
+
+
+def _window_note(doc: Mapping[str, Any], sent: FloatArray, e2e: FloatArray,
+                 output: FloatArray, where: str) -> str | None:
+    """The file's own ``duration`` (vLLM's client: first send to last answer, the denominator
+    of its ``output_throughput``) beside the span the redrawn sends give its requests, when they
+    differ: the measured output tokens/s a comparison reads is over the latter. DeepSeek-R1's
+    results of github.com/simon-mo/R1-Benchmark (vLLM 0.8.4, no ``start_times``) span 1 to 7 %
+    longer over the seed-0 draws than their recorded ``duration``, every measured throughput
+    that much lower than the file's, unsaid."""
+    duration = doc.get("duration")
+    done = np.isfinite(e2e)
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or \
+            not math.isfinite(duration) or duration <= 0 or not done.any():
+        return None
+    span = float(np.max(sent[done] + e2e[done]) - np.min(sent))
+    tokens = float(np.sum(output[done]))
+    if span <= 0 or abs(span / duration - 1.0) <= WINDOW_SAID:
+        return None
+    return (f"{where}the file's duration is {duration:.4g} s ({tokens / duration:.4g} output "
+            f"tokens/s over it); over the redrawn sends its requests span {span:.4g} s, so the "
+            f"measured output tokens/s compared here, {tokens / span:.4g}, is "
+            f"{100 * (duration / span - 1):+.1f}% off the file's (the sends' draws, not the "
+            "server)")
 
 
 SELF_TIMED_SPREAD = 0.05
@@ -810,7 +842,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
-    notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool)) if n)
+    notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool),
+                             async_scheduling_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1],
                              metadata_note(first, SWEEP_READ if "run_number" in first else

@@ -10,7 +10,8 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * a chat run's ``input_lens`` hold the chat template's tokens (:func:`chat_template_note`);
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
-  (:func:`server_metrics_note`).
+  (:func:`server_metrics_note`);
+* a run dated before vLLM scheduled asynchronously by default (:func:`async_scheduling_note`).
 
 Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI sdists of 0.33.0
 (commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7): ``vllm/benchmarks/serve.py``,
@@ -19,6 +20,7 @@ Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -171,3 +173,32 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
             "the text, without them. Before vLLM 0.34 the custom and hf datasets also applied "
             "the template in the client unless --skip-chat-template: counted twice, as the "
             "server prefilled it")
+
+
+ASYNC_DEFAULT_DATE = "20260101"
+"""Before this day no vLLM release scheduled asynchronously by default: vLLM 0.14.0 (January
+2026) turned it on ("Async scheduling is now enabled by default", PR #27614, its release
+notes); ``--async-scheduling`` came, opt-in, with PR #19970 (June 2025). kvbudget's ``vllm``
+engine takes vLLM 0.32's default, on (``simulator/engine_config.py`` ``ASYNC_SCHEDULING``)."""
+ASYNC_FLAG_DATE = "20250623"
+"""PR #19970 ("Implement Async Scheduling", opened 23 June 2025): no run before it could."""
+
+
+def async_scheduling_note(doc: Mapping[str, Any], tool: str) -> str | None:
+    """A vLLM client's result dated (``%Y%m%d-%H%M%S``) before vLLM scheduled asynchronously by
+    default: if its server was vLLM, that server scheduled each step after the last (before
+    :data:`ASYNC_FLAG_DATE` it could not do otherwise), where the simulated vLLM engine
+    overlaps them unless told. DeepSeek-R1's results of github.com/simon-mo/R1-Benchmark
+    (vLLM 0.8.4, April 2025) were simulated with async scheduling, unsaid."""
+    date = doc.get("date")
+    if tool != "vllm bench serve" or not isinstance(date, str) or \
+            not re.fullmatch(r"\d{8}-\d{6}", date) or date[:8] >= ASYNC_DEFAULT_DATE:
+        return None
+    day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+    could = ("vLLM had no async scheduling then (--async-scheduling came in June 2025, PR "
+             "#19970)" if date[:8] < ASYNC_FLAG_DATE else
+             "async scheduling was off unless it ran with --async-scheduling")
+    return (f"the run is dated {day}, before vLLM 0.14.0 (January 2026) turned async scheduling "
+            f"on by default: if its server was vLLM, {could}; the simulated vllm engine "
+            "schedules asynchronously (vLLM 0.32's default) unless --set "
+            "engine.async_scheduling=false")

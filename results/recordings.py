@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aiperf import read_aiperf
+from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -206,8 +207,14 @@ def detect_recording_format(path: Path) -> str:
     inference-perf's JSON list, an llm-d-benchmark report, an OTLP JSON trace export); else
     ``records``."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
-        return "evalscope" if holds_evalscope(path) else \
-            "genai-bench" if holds_genai_bench(path) else "run"
+        if holds_evalscope(path):
+            return "evalscope"
+        if holds_genai_bench(path):
+            return "genai-bench"
+        other = tool_dir_refusal(path)  # another tool's output folder: its file named
+        if other:
+            raise TraceError(path, other)
+        return "run"
     if not path.exists():
         raise TraceError(path, "no such file or run directory")
     with path.open("rb") as fh:

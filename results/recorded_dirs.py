@@ -1,0 +1,94 @@
+"""A directory that is no kvbudget run: a load tool's output folder, named with the file in it
+to pass.
+
+People pass the folder a load tool wrote (AIPerf's ``artifacts/<run>/``, inference-perf's
+report directory, GuideLLM's output directory, a folder of ``vllm bench serve`` results) where
+``--records`` takes one of its files. Such a folder was read as a ``kvbudget replay`` run
+directory and refused as "not a run directory (requests.parquet is missing)", which named
+neither the tool nor the file to pass. :func:`tool_dir_refusal` names them, one line.
+
+The file names are the tools' defaults: AIPerf ``profile_export.jsonl`` beside
+``profile_export_aiperf.json`` (ai-dynamo/aiperf ``docs/tutorials/working-with-profile-exports
+.md``); inference-perf ``per_request_lifecycle_metrics.json`` beside its
+``stage_N_lifecycle_metrics.json`` and ``summary_lifecycle_metrics.json`` (kubernetes-sigs/
+inference-perf ``demos/kubecon-na-2025/*/results/``); GuideLLM ``benchmarks.json`` (or
+``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+
+PER_REQUEST_FILES: dict[str, str] = {
+    "profile_export.jsonl": "AIPerf",
+    "per_request_lifecycle_metrics.json": "inference-perf",
+    "benchmarks.json": "GuideLLM",
+    "benchmarks.yaml": "GuideLLM",
+}
+"""A load tool's per-request file by its default name, and the tool."""
+SUMMARY_FILES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"(stage_\d+|summary)_lifecycle_metrics\.json"), "inference-perf",
+     "rerun it with report.request_lifecycle.per_request: true in its config, which writes "
+     "per_request_lifecycle_metrics.json"),
+    (re.compile(r"profile_export_aiperf\.(json|csv)"), "AIPerf",
+     "its profile_export.jsonl (the per-request records) is missing beside it"),
+    (re.compile(r"profile_export_genai_perf\.(json|csv)"), "genai-perf",
+     "genai-perf keeps no token counts per request: rerun with AIPerf"),
+)
+"""A load tool's aggregates file (a name pattern), its tool, and what to do instead."""
+KVBUDGET_FILES = (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE, "replay.json")
+"""A kvbudget run directory's files (``results/run_result.py``; ``replay.json`` a replay's or
+a serve run's meta, written first; ``*.part.jsonl`` a serve run's rows as they end)."""
+DATA_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".csv", ".parquet", ".db")
+SHOWN = 3
+
+
+def _listed(paths: list[Path], base: Path) -> str:
+    names = [str(p.relative_to(base)) for p in paths[:SHOWN]]
+    more = f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else ""
+    return ", ".join(names) + more
+
+
+def _per_request(path: Path) -> str | None:
+    """The per-request files of a known tool in ``path`` or one folder down, named."""
+    here = [path / n for n in PER_REQUEST_FILES if (path / n).is_file()]
+    if here:
+        tool = PER_REQUEST_FILES[here[0].name]
+        return (f"is {tool}'s output directory, not a kvbudget run directory (no "
+                f"{REQUESTS_FILE}): pass its per-request file, --records {here[0]}")
+    below = sorted(p for n in PER_REQUEST_FILES for p in path.glob(f"*/{n}") if p.is_file())
+    if not below:
+        return None
+    tool = PER_REQUEST_FILES[below[0].name]
+    return (f"holds {len(below)} {tool} run(s) in its folders, not a kvbudget run directory "
+            f"(no {REQUESTS_FILE}): pass one run's per-request file ({_listed(below, path)}), "
+            f"e.g. --records {below[0]}")
+
+
+def _summaries(path: Path) -> str | None:
+    """A known tool's aggregates, where its per-request file is missing, named."""
+    for pattern, tool, instead in SUMMARY_FILES:
+        found = sorted(p for p in path.iterdir() if p.is_file() and pattern.fullmatch(p.name))
+        if found:
+            return (f"is {tool}'s output directory holding aggregates only "
+                    f"({_listed(found, path)}), no per-request file: {instead}")
+    return None
+
+
+def tool_dir_refusal(path: Path) -> str | None:
+    """Why the directory ``path`` cannot be read as a run, naming the file to pass, or None
+    where it has any file of a kvbudget run directory (read, and refused, as one)."""
+    if any((path / n).exists() for n in KVBUDGET_FILES) or next(path.glob("*.part.jsonl"), None):
+        return None  # kvbudget's own (a damaged run, or a serve run left open): said as one
+    said = _per_request(path) or _summaries(path)
+    if said:
+        return said
+    data = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
+    if data:
+        return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); --records reads one "
+                f"file of a load tool: it holds {len(data)} data file(s) ({_listed(data, path)}): "
+                "pass one of them")
+    return None

@@ -1,0 +1,75 @@
+"""A load tool's output folder passed to ``--records`` where one of its files is meant: named
+with the file to pass, not refused as "not a run directory (requests.parquet is missing)",
+which named neither the tool nor the file. The folders are laid out as the tools write them
+(the fixtures the real tools made, copied in)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvbudget.results.recordings import detect_recording_format, read_recording
+from kvbudget.workloads.errors import TraceError
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "recordings"
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(TraceError) as caught:
+        read_recording(path)
+    text = str(caught.value)
+    assert "\n" not in text and "requests.parquet is missing" not in text, text
+    return text
+
+
+def test_aiperf_artifact_directory_names_its_per_request_file(tmp_path: Path) -> None:
+    # AIPerf 0.13.0's own artifact directory (inputs.json, profile_export.jsonl,
+    # profile_export_aiperf.json), one of a sweep's under artifacts/
+    run = tmp_path / "artifacts" / "tiny-openai-chat-rate8"
+    shutil.copytree(FIXTURES / "aiperf-0.13.0" / "prefix2x16_rate8", run)
+    text = refusal(run)
+    assert "AIPerf" in text and f"--records {run / 'profile_export.jsonl'}" in text
+    # the folder above a sweep's runs: each run named, one to pass
+    text = refusal(tmp_path / "artifacts")
+    assert "1 AIPerf run(s)" in text and "tiny-openai-chat-rate8/profile_export.jsonl" \
+        in text
+
+
+def test_inference_perf_report_directory_of_summaries_says_how_to_get_requests(
+        tmp_path: Path) -> None:
+    # github.com/bnayahu/inference-perf-agentic demos/kubecon-na-2025/vllm/results/ at 66daf74
+    # (as kubernetes-sigs/inference-perf's own demos): stage_0..6_lifecycle_metrics.json,
+    # summary_lifecycle_metrics.json and the Prometheus summaries, no per-request file
+    for name in ("stage_0_lifecycle_metrics.json", "stage_1_lifecycle_metrics.json",
+                 "summary_lifecycle_metrics.json", "stage_0_prometheus_metrics.json"):
+        (tmp_path / name).write_text('{"load_summary": {}, "successes": {}}')
+    text = refusal(tmp_path)
+    assert "inference-perf" in text and "aggregates only" in text
+    assert "report.request_lifecycle.per_request: true" in text
+    # with the per-request file beside them, that file is named
+    shutil.copy(FIXTURES / "inference-perf-0.7.0" / "per_request_lifecycle_metrics.json",
+                tmp_path)
+    assert f"--records {tmp_path / 'per_request_lifecycle_metrics.json'}" in refusal(tmp_path)
+
+
+def test_a_folder_of_result_files_names_them(tmp_path: Path) -> None:
+    # github.com/simon-mo/R1-Benchmark saved-results/v0.8.4/deepseek-r1/h200/2025-04-16/
+    # deepseek-r1-h200-04162025/ at d538cdc: 14 vllm benchmark_serving.py results
+    for name in ("sgl-1000-2000.json", "trt-1000-2000.json", "vllm-1000-2000.json",
+                 "vllm-sharegpt.json"):
+        shutil.copy(FIXTURES / "vllm-bench-0.32.0" / "rate8.json", tmp_path / name)
+    text = refusal(tmp_path)
+    assert "4 data file(s)" in text and "sgl-1000-2000.json" in text and "and 1 more" in text
+
+
+def test_kvbudget_directories_are_still_read_as_runs(tmp_path: Path) -> None:
+    # a damaged run, or a serve run left open (its part files), keeps the run's own message
+    (tmp_path / "summary.json").write_text("{}")
+    assert detect_recording_format(tmp_path) == "run"
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "requests.part.jsonl").write_text("")
+    assert detect_recording_format(tmp_path) == "run"
+    (tmp_path / "requests.part.jsonl").unlink()
+    assert detect_recording_format(tmp_path) == "run"  # empty: nothing else to name
