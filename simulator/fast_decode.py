@@ -242,16 +242,17 @@ class SkipAheadEngine(TiedSteps, Engine):
         g.write(False)
 
     # --- the group's steps ----------------------------------------------------------------------
-    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
-                  preempted: bool, reserved: int, counts: tuple[int, int]
-                  ) -> Generator[simpy.Event, Any, None]:
-        """``Engine._run_step``; the group's step as :meth:`_group_iteration` (returned)."""
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """``Engine._step``; the group's runs as :meth:`_group_iteration` (returned)."""
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
         g = self._group
         if g is not None:
             if started or g.size:
+                counts = (len(self.running), self.num_waiting() + gw_waiting)
                 return self._group_iteration(g.size, started, reserved, counts)
             self._group_drop()  # a KV load holds all there is
-        return super()._run_step(rows, new, started, preempted, reserved, counts)
+        return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the decode group (formed when every running request

@@ -245,14 +245,15 @@ class SpecSkipAheadEngine(SkipAheadEngine):
             self._group_drop()
         return super()._schedule_fit(budget)
 
-    def _run_step(self, rows: IntArray, new: IntArray, started: list[tuple[int, int]],
-                  preempted: bool, reserved: int, counts: tuple[int, int]
-                  ) -> Generator[simpy.Event, Any, None]:
-        """``Engine._run_step``; the group's step as ``_group_iteration`` (returned), its draft
-        and verify priced from the step models' tables."""
+    def _step(self) -> Generator[simpy.Event, Any, None]:
+        """``Engine._step``; the group's step as ``_group_iteration`` (returned), its draft and
+        verify priced from the step models' tables."""
+        reserved, gw_waiting = self.hooks.gateway_state()
+        rows, new, started, preempted = self._schedule()
         g = self._group
         if g is None:
-            return super()._run_step(rows, new, started, preempted, reserved, counts)
+            return self._run_step(rows, new, started, preempted, reserved, gw_waiting)
+        counts = (len(self.running), self.num_waiting() + gw_waiting)
         if started and self.kv.prefix is not None:  # starts with prefix caching: a step
             self._price(g)
             new = self._group_end(started, 0)
