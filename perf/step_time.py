@@ -207,16 +207,14 @@ class VllmStepModel:
     _experts_table: list[float] = field(init=False, repr=False, compare=False)
     _experts_array: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
     _dense: _DenseTerms | None = field(init=False, repr=False, compare=False)
-    # a dense model's pure-decode terms, filled as runs need them: the weights' term plus the
-    # overhead by batch size, and the attention term by context (an array replaced by a
-    # longer one as runs reach larger contexts, never changed in place)
+    # a dense model's pure-decode terms as runs need them: by batch size, and by context (an
+    # array replaced by a longer one, never changed in place)
     _decode_fixed: dict[int, float] = field(init=False, repr=False, compare=False)
     _attention: npt.NDArray[np.float64] = field(init=False, repr=False, compare=False)
-    # the attention term of steps of chunks of ``q`` query tokens each (speculative decoding's
-    # verify steps) by context, for each ``q`` asked for (arrays replaced as _attention is)
+    # verify steps' attention term by context for chunks of ``q`` tokens, by ``q``
     _chunk_attention: dict[int, npt.NDArray[np.float64]] = field(
         init=False, repr=False, compare=False)
-    # and their overhead and weights' term by (requests, q), remembered
+    # and their overhead and weights' term by (requests, q)
     _chunk_fixed: dict[tuple[int, int], float] = field(init=False, repr=False, compare=False)
 
     KIND: ClassVar[str] = "vllm-v1"
@@ -400,10 +398,9 @@ class VllmStepModel:
         self, num_decode_seqs: int, first_context: int, num_steps: int
     ) -> npt.NDArray[np.float64]:
         """:meth:`step_time` of ``num_steps`` pure-decode steps of ``num_decode_seqs`` requests,
-        the first attending to ``first_context`` tokens and each next one to
-        ``num_decode_seqs`` more, as an array with the bits of one call per step: read from
-        :meth:`decode_terms`' table with a stride (two numpy operations) where it serves,
-        otherwise :func:`~kvbudget.perf.step_features.decode_step_times`."""
+        the first attending to ``first_context`` tokens, each next to ``num_decode_seqs`` more:
+        an array with the bits of one call per step (:meth:`decode_terms`' table where it
+        serves, else :func:`~kvbudget.perf.step_features.decode_step_times`)."""
         stop = first_context + num_decode_seqs * num_steps
         terms = self.decode_terms(num_decode_seqs, stop)
         if terms is not None:
@@ -413,17 +410,15 @@ class VllmStepModel:
 
     def decode_times_at(self, num_decode_seqs: int,
                         context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """``step_time(0.0, num_decode_seqs, context, 0.0, 0.0)`` of pure-decode steps
-        attending to ``context`` tokens each (ints, one a step): :meth:`decode_terms`' table
-        where it serves, with the bits of one call per step."""
+        """``step_time(0.0, num_decode_seqs, context, 0.0, 0.0)`` of pure-decode steps, one a
+        ``context``, with the bits of one call per step."""
         return self._times_at(num_decode_seqs, 0, context)
 
     def decode_terms(self, num_decode_seqs: int,
                      stop: int) -> tuple[float, npt.NDArray[np.float64]] | None:
         """The terms of pure-decode steps of ``num_decode_seqs`` requests attending to fewer
-        than ``stop`` tokens: the overhead and weights' term (a dense model's
-        :meth:`_DenseTerms.fixed`, remembered by batch size) and the attention term's table by
-        context, a step's time ``fixed + table[context]``; None where the table does not serve
+        than ``stop`` tokens, a step's time ``fixed + table[context]`` (:meth:`_DenseTerms.fixed`
+        by batch size, the attention term by context); None where the table does not serve
         (not a dense model on one GPU, or a context of :data:`ATTENTION_TABLE_SIZE` or more)."""
         if self._dense is None or stop > ATTENTION_TABLE_SIZE:
             return None
@@ -434,10 +429,9 @@ class VllmStepModel:
 
     def chunk_times_at(self, num_seqs: int, chunk: int,
                        context: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """``step_time(num_seqs * chunk, 0.0, context, chunk * context, num_seqs)`` (steps of
-        ``num_seqs`` chunks of ``chunk`` query tokens each: speculative decoding's verify
-        steps) attending to ``context`` tokens each: :meth:`chunk_terms`' table where it
-        serves, with the bits of one call per step."""
+        """``step_time(num_seqs * chunk, 0.0, context, chunk * context, num_seqs)`` (speculative
+        decoding's verify steps of ``num_seqs`` chunks of ``chunk`` query tokens), one a
+        ``context``, with the bits of one call per step."""
         return self._times_at(num_seqs, chunk, context)
 
     def _times_at(self, n: int, chunk: int,
@@ -457,9 +451,8 @@ class VllmStepModel:
 
     def chunk_terms(self, num_seqs: int, chunk: int,
                     stop: int) -> tuple[float, npt.NDArray[np.float64]] | None:
-        """:meth:`chunk_times_at`'s terms for contexts below ``stop``: the overhead and weights'
-        term once, the attention term from a table by context kept for ``chunk`` (a step's
-        time ``fixed + table[context]``); None where :meth:`decode_terms` gives None."""
+        """:meth:`chunk_times_at`'s terms for contexts below ``stop``, as :meth:`decode_terms`'
+        (a table kept for each ``chunk``)."""
         dense = self._dense
         if dense is None or stop > ATTENTION_TABLE_SIZE:
             return None
@@ -486,10 +479,8 @@ class VllmStepModel:
         return fixed
 
     def _attention_table(self, stop: int) -> npt.NDArray[np.float64]:
-        """The attention terms of every context below ``stop`` at least (up to the next power
-        of two), computed by numpy with the float path's operations: IEEE ``* /`` and
-        ``sqrt`` are correctly rounded, so arrays give the bits of floats. A new array (the
-        one before is left as it was)."""
+        """The attention terms of every context below ``stop`` (up to the next power of two) in
+        a new array, with the float path's operations (the same bits)."""
         assert self._dense is not None
         old = self._attention
         size = max(1 << 12, 1 << (stop - 1).bit_length())
@@ -601,12 +592,11 @@ class VllmStepModel:
 
 @dataclass(frozen=True, slots=True)
 class _DenseTerms:
-    """The constants of :meth:`VllmStepModel.step_time` for a dense model on one GPU (no MoE
-    layers, sliding-window layers or collectives, all finite), by name, and the step's time
-    written once in them: :meth:`fixed` (the overhead and the weights' term of a pure decode
-    step, which depend on the batch size only) plus :meth:`attention` (the KV read's term,
-    which depends on the context only), or :meth:`step` for a step with prefill. IEEE ``* /``
-    and ``sqrt`` are correctly rounded, so floats and arrays give the same bits."""
+    """The constants of :meth:`VllmStepModel.step_time` for a dense model on one GPU (no MoE,
+    sliding windows or collectives; all finite) and the step's time written once in them:
+    :meth:`fixed` (a pure decode step's overhead and weights' term, by batch size) plus
+    :meth:`attention` (its KV read's, by context), or :meth:`step` with prefill. Floats and
+    arrays give the same bits."""
 
     gemm_flops_per_token: float
     lm_head_flops: float
@@ -635,9 +625,8 @@ class _DenseTerms:
         return cls(*values, read2 * read2)
 
     def fixed(self, num_decode_seqs: float) -> float:
-        """``overhead + gemm`` of a pure decode step of ``num_decode_seqs`` requests: the
-        tokens and the sampled ones are both ``num_decode_seqs``; the weights' term is
-        ``read_s`` (``tokens * 0.0`` adds a zero), so its fourth power is :attr:`read4`."""
+        """``overhead + gemm`` of a pure decode step of ``num_decode_seqs`` requests (tokens and
+        sampled both ``num_decode_seqs``; the weights' term's fourth power :attr:`read4`)."""
         num = num_decode_seqs
         a = (self.gemm_flops_per_token * num + self.lm_head_flops * num) / self.gemm_flops_s
         a2 = a * a
@@ -655,8 +644,7 @@ class _DenseTerms:
 
     def step(self, num_prefill_tokens: float, num_decode_seqs: float, num_context_tokens: float,
              prefill_attention: float, num_prefill_seqs: float) -> float:
-        """The time of any step, in Python floats: :meth:`overhead_and_gemm` plus
-        :meth:`chunk_attention` (the step written once)."""
+        """Any step's time in Python floats: :meth:`overhead_and_gemm` + :meth:`chunk_attention`."""
         return self.overhead_and_gemm(num_prefill_tokens + num_decode_seqs,
                                       num_decode_seqs + num_prefill_seqs) + (
             self.chunk_attention(prefill_attention, num_context_tokens))
@@ -668,8 +656,7 @@ class _DenseTerms:
         return self.overhead_s + _smooth_max(a, self.read_s + tokens * 0.0)
 
     def chunk_attention(self, prefill_attention: F, num_context_tokens: F) -> F:
-        """The attention term of a step of ``prefill_attention`` query-context pairs reading
-        ``num_context_tokens`` tokens' KV (:meth:`step`'s last term; floats or arrays)."""
+        """The attention term of ``prefill_attention`` pairs reading ``num_context_tokens``' KV."""
         attn_c = self.attn_flops_per_pair * prefill_attention / self.attn_flops_s
         attn_m = self.kv_full_per_token * num_context_tokens / self.kv_bytes_s
         return _smooth_max(attn_c, attn_m)

@@ -1,9 +1,8 @@
 """A SimPy model of one vLLM (v1) serving engine: :class:`Engine` runs
-:class:`~kvbudget.simulator.scheduler.Scheduler`'s steps in time, one at a time (schedule, run
-for the step's time, commit); aborts wait for the step in flight to end, as vLLM processes them
-between steps. This is the reference; ``skip_ahead`` (on by default,
-:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`) changes how steps run, never what they
-schedule (:data:`SPEED_UP_INTERFACE`).
+:class:`~kvbudget.simulator.scheduler.Scheduler`'s steps in time (schedule, run, commit); aborts
+wait for the step in flight to end, as vLLM processes them between steps. This is the reference;
+``skip_ahead`` (:class:`kvbudget.simulator.fast_decode.SkipAheadEngine`) changes how steps run,
+never what they schedule.
 """
 
 from __future__ import annotations
@@ -31,25 +30,16 @@ __all__ = ["SPEED_UP_INTERFACE", "Engine", "EngineHooks", "FloatArray", "IntArra
            "TokenGaps"]
 
 SPEED_UP_INTERFACE = frozenset({
-    # how a step runs, overridden: the running requests kept as a decode group (its running
-    # loop ``_schedule_fit``'s answer, in O(1)), its runs
-    "_step", "_schedule_fit", "_abort_now", "_work_changed",
-    # the step's parts, reused: the one schedule(), a step run as stepping runs it, the step's
-    # time, end and log, its commit as stepping does it
+    # overridden: how a step runs (a decode group's O(1) running loop, its runs; each engine
+    # class its own _step: a call more a step costs ~0.4 % of the base engine's instructions)
+    "_step", "_schedule_fit", "_abort_now", "_work_changed", "_run_scheduled",
+    # reused: the step's parts (schedule, run, time, log, wait, commit) and state
     "_schedule", "_run_step", "_step_seconds", "_account_step", "_wait", "_commit_step",
-    # the step's state: as scheduled (``_step_extra_s``, ``_hol_blocked``), being committed
-    # (``_steps_rows``), the loop's (``_busy``, ``_aborts``, ``_pending``: requests not yet
-    # schedulable under async scheduling, ``_between_steps``: a step has ended, the next is
-    # not scheduled yet)
     "_step_extra_s", "_hol_blocked", "_steps_rows", "_busy", "_aborts", "_pending",
     "_between_steps", "_async", "_steps_done_now",
-    # speculative decoding's runs (simulator/spec_run.py): a scheduled step run as stepping
-    # runs it, or as the first of a run
-    "_run_scheduled",
 })
-"""What of :class:`Engine`'s and :class:`~kvbudget.simulator.scheduler.Scheduler`'s own a
-speed-up (``fast_decode.SkipAheadEngine``, ``spec_run.SpecSkipAheadEngine``) may use besides the
-hooks ``Scheduler`` lists: checked by ``tests/test_architecture.py``."""
+"""What of :class:`Engine`'s and ``Scheduler``'s own a speed-up (``fast_decode``, ``spec_run``)
+may use besides ``Scheduler``'s hooks (``tests/test_architecture.py`` checks)."""
 
 
 class Engine(Scheduler):
@@ -59,11 +49,9 @@ class Engine(Scheduler):
 
     # called with the engine before every step when set (tests check invariants there)
     step_observer: ClassVar[Callable[[Engine], None] | None] = None
-    # under async scheduling a skip-ahead decode run goes on a step past the next external
-    # event (a request that comes then waits for that step); not where that event may be the
-    # variant's own held work becoming ready, which no call announces (kv_offload's loads),
-    # nor where it is the time a KV load's request becomes schedulable (a disaggregated
-    # decode replica's: set on the instance, disagg.DisaggFleet)
+    # under async scheduling a decode run goes on a step past the next external event (a
+    # request that comes then waits for that step); not where that event may be held work
+    # becoming ready unannounced (kv_offload's loads, a disaggregated decode replica's reads)
     runs_past_external: bool = True
 
     def __init__(self, env: simpy.Environment, config: EngineConfig, cost_model: CostModel,
@@ -78,8 +66,7 @@ class Engine(Scheduler):
         self._aborts: list[int] = []  # aborts waiting for the step in flight to end
         self._deferred_adds: list[int] = []  # re-admissions waiting for those aborts
         # async scheduling (vLLM's default): requests not yet schedulable, [row, the step
-        # count (num_steps) from which it is] (see _add), in the order they came, which is
-        # that of those counts
+        # count from which it is] (_add), in the order they came
         self._async = bool(config.async_scheduling)
         self._pending: list[list[int]] = []
         self._between_steps = False  # a step has ended and the next is not yet scheduled
@@ -109,12 +96,10 @@ class Engine(Scheduler):
             self.spec.reset(self, i)
         self.in_engine[i] = True
         if self._async and (self._busy or self._between_steps):
-            # async scheduling (vLLM v1's default; vllm/v1/engine/core.py,
-            # step_with_batch_queue): the step after the one in flight is scheduled while it
-            # runs, so a request that comes during step N joins step N + 2: it is schedulable
-            # once N + 1 has ended; one that comes as step N ends (a completion's callback, N
-            # counted), once N + 1 has ended too. An idle engine (or one just woken) takes it
-            # at once.
+            # async scheduling (vllm/v1/engine/core.py, step_with_batch_queue): the step
+            # after the one in flight is scheduled while it runs, so a request that comes
+            # during step N, or as it ends, is schedulable once N + 1 has ended. An idle
+            # engine (or one just woken) takes it at once.
             if self._busy:
                 self._pending.append([i, self._steps_done_now() + 2])
                 self._work_changed(lag=1)
@@ -125,10 +110,9 @@ class Engine(Scheduler):
         self._queued()
 
     def add_remote_request(self, i: int, computed_tokens: int) -> bool:
-        """Queue row ``i`` whose first ``computed_tokens`` tokens were computed on another
-        replica (a disaggregated decode replica: ``kvbudget.simulator.remote_kv``). False when
-        its earlier attempt's abort waits for the step boundary: it is then added after it as
-        a fresh request (its prompt computed here)."""
+        """Queue row ``i`` whose first ``computed_tokens`` were computed on another replica
+        (``remote_kv``). False when its earlier attempt's abort waits for the step boundary:
+        it is then added after it as a fresh request."""
         fresh = bool(self.in_engine.item(i))
         self._add(i, 0 if fresh else computed_tokens)
         return not fresh
@@ -149,10 +133,8 @@ class Engine(Scheduler):
             self._work_changed(added=True)
 
     def abort_request(self, i: int) -> None:
-        """Remove row ``i`` (a gateway revocation). Applied at the next step boundary, as vLLM
-        processes aborts between steps; at once when the engine is idle. A row re-admitted
-        while its abort waits (``add_request``) and aborted again stays out: the re-admission
-        is dropped."""
+        """Remove row ``i`` (a gateway revocation) at the next step boundary, as vLLM does; at
+        once when idle. A row re-admitted while its abort waits and aborted again stays out."""
         if not self.in_engine.item(i):
             return
         if self._deferred_adds and i in self._deferred_adds:
@@ -160,9 +142,8 @@ class Engine(Scheduler):
             return
         if self._pending and (entry := next((p for p in self._pending if p[0] == i), None)):
             if self._busy and entry[1] <= (done := self._steps_done_now()):
-                # schedulable already: a speed-up's run went on past the step it was due at
-                # (fast_decode: behind a refused head), where stepping moved it to the waiting
-                # queue; so it is now, and its abort waits for the step's end, as stepping's
+                # schedulable already (a run went on past its step behind a refused head):
+                # to the waiting queue, as stepping had it; its abort waits for the step's end
                 self._release_pending(done)
             else:
                 self._pending.remove(entry)  # never reached the scheduler: nothing to free
@@ -198,8 +179,7 @@ class Engine(Scheduler):
         return len(self.waiting) + len(self._pending)
 
     def unfinished_rows(self) -> list[int]:
-        """The rows the engine's API server holds (waiting or running, not aborted), as its
-        queue caps count them."""
+        """The rows the API server holds (waiting or running, not aborted: queue caps')."""
         aborted = set(self._aborts) - set(self._deferred_adds)
         pending = [p[0] for p in self._pending]
         return [i for rows in (self.waiting, self.running, pending) for i in rows
@@ -225,21 +205,19 @@ class Engine(Scheduler):
 
     def head_of_line_blocked_s(self) -> float:
         """Exact total of the steps during which the waiting head could not start for lack of
-        KV memory, free or (TGI, TensorRT-LLM, SGLang) reserved or estimated: every engine here
-        stops at the first waiting request that does not fit, so it blocks those behind it."""
+        KV memory (free, reserved or estimated), blocking those behind it."""
         return self.log.integrals.hol.value()
 
     def kv_token_seconds(self) -> float:  # (ServingEngine's; rounded once: math.fsum)
         return self.log.integrals.kv.value()
 
     def kv_token_seconds_exact(self) -> int:
-        """:meth:`kv_token_seconds` before rounding: exactly, in units of
-        ``2**-exact_sum.EXPONENT_BIAS`` (a fleet adds its replicas' and rounds once)."""
+        """:meth:`kv_token_seconds` exactly, in units of ``2**-exact_sum.EXPONENT_BIAS``."""
         return self.log.integrals.kv.exact()
 
     def kv_used_blocks_now(self) -> int:
-        """KV blocks requests use now (vLLM's ``kv_cache_usage_perc`` times the blocks), as
-        the step in progress was scheduled (an autoscaler's metric, simulator.autoscaler)."""
+        """KV blocks in use (``kv_cache_usage_perc`` times the blocks) as the step in progress
+        was scheduled (an autoscaler's metric)."""
         return self.kv.num_used_blocks
 
     def stats(self) -> dict[str, object]:
@@ -255,10 +233,9 @@ class Engine(Scheduler):
     # --- rows that come as they are routed (a fleet's replicas: kvbudget.simulator.fleet) ----
     def grow_rows(self, columns: Mapping[str, IntArray | FloatArray]) -> None:
         """Take longer per-request columns (``prompt_tokens``, ``output_tokens``,
-        ``max_output_tokens``, ``arrival_s``, ``priority``, and ``order``: the rows' order for
-        ties in a priority queue), the rows there first, and grow the per-request state to
-        their length: a fleet's replica holds the rows routed to it. Not with prefix caching
-        (its arrays are the workload's)."""
+        ``max_output_tokens``, ``arrival_s``, ``priority``, ``order``: ties in a priority
+        queue) and grow the per-request state to them: a fleet's replica holds the rows routed
+        to it. Not with prefix caching (its arrays are the workload's)."""
         assert self.kv.prefix is None and type(self).rows_grow
         cap = len(columns["prompt_tokens"])
         prompt, output, priority, most = (np.asarray(columns[k], np.int64) for k in (
@@ -295,9 +272,8 @@ class Engine(Scheduler):
             if Engine.step_observer is not None:
                 Engine.step_observer(self)
             yield from self._step()
-            if self._deferred_adds:  # re-admitted while their aborts waited for the step's
-                # end; one whose abort still waits (no step ran: the request being scheduled
-                # was its own victim) waits again
+            if self._deferred_adds:  # re-admitted while their aborts waited (one whose abort
+                # still waits, no step having run, waits again)
                 adds, self._deferred_adds = self._deferred_adds, []
                 for i in adds:
                     self._add(i)
@@ -320,16 +296,13 @@ class Engine(Scheduler):
         if self.spec is not None:
             self._step_extra_s += self.spec.draft_seconds(self, rows, new)
         if len(rows) == 0:
-            if preempted:
-                # the request being scheduled was its own victim (priority scheduling):
-                # vLLM v1 stops the running loop there and schedules nothing this step
+            if preempted:  # its own victim (priority): vLLM v1 schedules nothing this step
                 return
             if (t_held := self._held_until_s()) < math.inf:
                 # nothing can start until held work (a KV load) is ready, or a request comes
                 yield from self._sleep(t_held)
                 return
-            # nothing fits even with every block free: cannot happen for requests that
-            # passed fits(); guard against a livelock all the same
+            # nothing fits with every block free: not for requests that passed fits()
             raise RuntimeError("engine could not schedule any request")  # pragma: no cover
         counts = (len(self.running), self.num_waiting() + gw_waiting)
         yield from self._run_scheduled(rows, new, preempted, reserved, counts)
@@ -343,9 +316,8 @@ class Engine(Scheduler):
         self._commit_step(rows, new, preempted)
 
     def _commit_step(self, rows: IntArray, new: IntArray, preempted: bool = False) -> None:
-        """Commit the step that has ended (``new`` tokens for each of ``rows``), as stepping
-        does: the aborts that came during it first, without them (a speed-up's step that is no
-        run of its own, or a run's last step when aborts came during it)."""
+        """Commit the step that has ended (``new`` tokens for each of ``rows``): the aborts that
+        came during it first, without them."""
         aborted = self._apply_aborts() if self._aborts else []
         self._steps_rows = rows
         self._on_steps(preempted, 1)
@@ -369,8 +341,7 @@ class Engine(Scheduler):
         self.log.ended(t1)
 
     def token_gaps(self, keep: npt.NDArray[np.bool_], tier: IntArray) -> TokenGaps:
-        """The inter-token gaps of the rows ``keep`` selects that finished here; engine times
-        (the front end's per-token cost is the caller's)."""
+        """The inter-token gaps (engine times) of the rows ``keep`` selects that finished here."""
         rows = np.flatnonzero(keep & np.isfinite(self.finished_s))
         marks = self.num_output_tokens if self.spec is None else self.spec.num_output_steps
         return self.segments.gaps(self.log.ends(), rows, marks[rows], tier[rows])
@@ -381,9 +352,8 @@ class Engine(Scheduler):
                               *self.token_gaps(keep, tier))
 
     def drop_request_state(self) -> None:
-        """Let the per-request state go (a fleet's replica, once its figures are read): every
-        array of ``rows``, the rows' columns and the step ends. The engine cannot go on after
-        this; its other figures (timeline, integrals, counters, stats) stay."""
+        """Let the per-request state and step ends go (a fleet's replica, its figures read); the
+        engine cannot go on, its other figures (timeline, integrals, stats) stay."""
         for name, array in self.rows.drop().items():
             setattr(self, name, array)
         none = np.zeros(0, np.int64)
@@ -393,9 +363,8 @@ class Engine(Scheduler):
         self.kv.drop()
 
     def _release_pending(self, upto: int = -1, *, everything: bool = False) -> None:
-        """The requests not yet schedulable whose step has ended (``upto`` steps, when not all
-        of ``num_steps``; ``everything``: all, when nothing else would be scheduled, as vLLM
-        does) join the waiting queue, in the order they came."""
+        """The pending requests whose step has ended (by ``upto`` steps, else ``num_steps``;
+        ``everything``: all, when nothing else would be scheduled) join ``waiting``, in order."""
         pending, n = self._pending, self.num_steps if upto < 0 else upto
         while pending and (everything or pending[0][1] <= n):
             self.waiting.add_request(pending.pop(0)[0])
@@ -404,17 +373,14 @@ class Engine(Scheduler):
         return self.num_steps
 
     def _held_until_s(self) -> float:
-        """When work held outside ``running`` and ``waiting`` (KV being loaded: a variant's,
-        or a disaggregated decode replica's, ``remote_kv.RemoteLoads.held_until_s``) is ready
-        while no model runs; ``self.t`` or before once some of it waits again, ``inf`` with
-        none."""
+        """When work held outside the queues (KV being loaded: ``remote_kv``) is ready while no
+        model runs; ``self.t`` or before once some of it waits again, ``inf`` with none."""
         if self.remote is None:
             return math.inf
         return self.remote.held_until_s(self.waiting, self.t, self.num_steps)
 
     def _sleep(self, t_held: float) -> Generator[simpy.Event, Any, None]:
-        """Wait for a request to come (``_wake``) or held work ready at ``t_held`` (inf:
-        none); then the engine's time is now."""
+        """Wait for a request (``_wake``) or held work ready at ``t_held``; then ``t`` is now."""
         env = self.env
         wake = self._wake = Event(env)  # (``env.event()`` without the descriptor's call)
 
@@ -429,8 +395,8 @@ class Engine(Scheduler):
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
-        """A request was ``added`` or aborted during a step (skip-ahead cuts its run there;
-        ``lag`` steps later: a request schedulable then, under async scheduling)."""
+        """A request was ``added`` or aborted during a step (skip-ahead cuts its run, ``lag``
+        steps later under async scheduling)."""
 
     def _apply_aborts(self) -> list[int]:  # those queued during the last step (there are some)
         aborted = list(self._aborts)

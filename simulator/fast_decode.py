@@ -1,10 +1,9 @@
-"""The engine with ``skip_ahead``: stepping's results, with runs of pure-decode steps computed
-at once. While every running request decodes, :class:`SkipAheadEngine` keeps them as a
-:class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules the running part of a step in
-O(1) (``_schedule_fit``); when such a step starts nothing, the decode run that follows is planned
-(:mod:`kvbudget.simulator.decode_plan`), waited for and committed in one go (cut at the step in
-progress when work is added or aborted, as stepping would). The property tests compare every
-result with stepping's.
+"""The engine with ``skip_ahead``: stepping's results, runs of pure-decode steps computed at
+once. While every running request decodes, :class:`SkipAheadEngine` keeps them as a
+:class:`DecodeGroup`, so the one ``Scheduler._schedule`` schedules a step's running part in O(1)
+(``_schedule_fit``); when such a step starts nothing, the decode run that follows is planned
+(:mod:`~kvbudget.simulator.decode_plan`), waited for and committed in one go (cut at the step in
+progress when work is added or aborted). The property tests compare every result with stepping's.
 """
 
 from __future__ import annotations
@@ -43,31 +42,26 @@ _ONE = np.int64(1)
 
 
 class DecodeGroup:
-    """The running requests of a :class:`SkipAheadEngine` while all decode, kept in O(1) per
-    step: a member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its
-    arrays' plus ``step - members[row]`` (the group's steps since it joined), its ``num_blocks``
-    the larger of its array's and ``ceil(num_computed_tokens / block_size)``; the arrays are
-    written when it leaves or the group is dissolved.
+    """The running requests of a :class:`SkipAheadEngine` while all decode, in O(1) a step: a
+    member's ``num_computed_tokens``, ``num_output_tokens`` and ``num_tokens`` are its arrays'
+    plus ``step - members[row]`` (steps since it joined), its ``num_blocks`` the larger of its
+    array's and ``ceil(num_computed_tokens / block_size)``; the arrays are written when it
+    leaves or the group is dissolved.
 
-    ``context`` is the members' ``num_computed_tokens`` in all; ``take[s]`` the blocks the
-    group's step ``s`` takes: a member takes one in each step that finds its blocks full, from
-    the step that fills those it joined with (TGI reserves a request's whole output when it
-    starts: ``over``), every ``block_size`` steps, to its last; ``finish`` is a heap of ``(step
-    at which the member has its output, join order, row)`` (join order is running order: rows
-    join in the order they started running).
+    ``context``: the members' ``num_computed_tokens`` in all; ``take[s]``: the blocks step
+    ``s`` takes (a member one every ``block_size`` steps from the step that fills those it
+    joined with, to its last; ``over``: one joined with more, as TGI reserves); ``finish``: a
+    heap of ``(step it has its output, join order, row)`` (join order is running order).
 
-    The speed-up's one interface of a group (``spec_run.SpecGroup`` has it too): ``members``
-    (by row, in running order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`,
-    :meth:`output_of`, :meth:`outputs_into` and, for the engine's one run planner
-    (``SkipAheadEngine._plan_group``), ``step``, ``take`` (a run's blocks in use by step:
-    ``decode_plan.run_used``), :meth:`steps_left` and :meth:`run_times` (its step ends and
-    times)."""
+    The group interface (``spec_run.SpecGroup`` has it too): ``members`` (by row, in running
+    order), :meth:`join`, :meth:`advance`, :meth:`end`, :meth:`write`, :meth:`output_of`,
+    :meth:`outputs_into`, and for ``SkipAheadEngine._plan_group``: ``step``, ``take``,
+    :meth:`steps_left` and :meth:`run_times`."""
 
     __slots__ = ("context", "e", "finish", "members", "num_joined", "over", "size", "step",
                  "take")
 
-    def __init__(self, e: SkipAheadEngine) -> None:
-        """The group of ``e``'s running requests, all decoding."""
+    def __init__(self, e: SkipAheadEngine) -> None:  # of e's running requests, all decoding
         self.e = e
         rows = e.running_rows()
         computed = e.num_computed_tokens[rows]
@@ -82,14 +76,13 @@ class DecodeGroup:
         self.step = 0
         self.context = isum(computed)
         self.size = self.num_joined = len(running)
-        # some member joined holding blocks beyond its computed tokens
         self.over = bool((room >= e.block_size).any())
         self.take = block_takes(room, left_a, e.block_size)
         e.joined_at[rows] = 0
 
     def join(self, i: int, computed: int, output: int) -> None:
         """Row ``i``, started in the group's step, joins with its first token (``computed``,
-        ``output``: its arrays now); join order is running order."""
+        ``output``: its arrays now)."""
         e = self.e
         step = self.step
         self.members[i] = step
@@ -110,8 +103,7 @@ class DecodeGroup:
             np.add(steps, _ONE, steps)  # instructions of ``+= 1``, which converts and copies back)
 
     def write(self, scheduled: bool) -> None:
-        """Write every member's arrays (``scheduled``: the group's step's blocks are taken, the
-        step not committed)."""
+        """Write the members' arrays (``scheduled``: the step's blocks taken, not committed)."""
         m = len(self.members)
         if not m:
             return
@@ -128,15 +120,14 @@ class DecodeGroup:
         num_blocks[rows] = np.maximum(blocks, num_blocks[rows]) if self.over else blocks
 
     def end(self, j: int) -> list[int]:
-        """Write the members' arrays as the group's step (a run's step ``j``) is scheduled;
-        returns the tokens each member's step computes."""
+        """Write the members' arrays as the group's step (a run's ``j``) is scheduled; returns
+        each member's new tokens."""
         new = [1] * self.size
         self.write(True)
         return new
 
     def advance(self, k: int) -> list[int]:
-        """Commit ``k`` steps of the group (blocks taken); returns those done, in running
-        order, written and out of the group."""
+        """Commit ``k`` steps (blocks taken); returns those done, written and out, in order."""
         e = self.e
         self.step += k
         step = self.step
@@ -146,7 +137,6 @@ class DecodeGroup:
         while finish and finish[0][0] <= step:
             i = heapq.heappop(finish)[2]
             done.append(i)
-            # its arrays written, out of the group
             joined = self.members.pop(i)
             c = e.num_computed_tokens.item(i) + step - joined
             e.num_computed_tokens[i] = c
@@ -169,8 +159,7 @@ class DecodeGroup:
 
     def outputs_into(self, out: IntArray) -> None:
         """Add to ``out`` (the running requests' output tokens by their arrays) the members'
-        steps since they joined (the members are the first running requests: join order is
-        running order, and a request that starts after one still prefilling does not join)."""
+        steps since they joined (the members are the first running requests)."""
         m = self.size
         if m:
             e = self.e
@@ -178,25 +167,23 @@ class DecodeGroup:
 
 
 class SkipAheadEngine(TiedSteps, Engine):
-    """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring);
-    members' arrays lag (``Scheduler.decode_group``)."""
+    """:class:`Engine` with a :class:`DecodeGroup` and its decode runs (the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planner = DecodeRunPlanner(self.cost, self.block_size)
         self.planner.sample_in = self.log.timeline.sample_in
-        # exists only while its steps run: any other step dissolves it first (_schedule_fit)
+        # only while its steps run: any other step dissolves it first (_schedule_fit)
         self._group: DecodeGroup | None = None
         joined_at = np.zeros(len(self.prompt_tokens), np.int64)  # a member's join step
         self.joined_at = self.rows.add("joined_at", joined_at, 0)
-        # the group's step being committed: its members and the requests that start in it
+        # the group's step being committed: its members, the requests that start in it
         self._steps_group: tuple[int, list[tuple[int, int]]] = (0, [])
         self._jump_ends: Floats | None = None  # step ends of the decode run in progress
         self._run_ends: Floats | None = None  # its step ends, kept when it is cut short
         self._run_used: Ints | None = None  # its steps' blocks in use (with _run_ends)
         self._jump_keep = 0
-        # the waiting head refused as the decode run in progress was planned past the next
-        # external event (_plan_until), None when it was not
+        # the refused waiting head the run in progress was planned past (_plan_until), or None
         self._span_head: int | None = None
         self._lag_run = False  # on a step past the next external event's (_work_changed)
 
@@ -215,8 +202,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         k = min(bisect.bisect_left(ends, self.env.now), len(ends) - 1)
         return self.kv.num_used_blocks + int(used[k]) - int(used[0])
 
-    def run_in_flight(self) -> Floats | None:
-        """The step ends of the decode run in flight (two steps or more), else None."""
+    def run_in_flight(self) -> Floats | None:  # its step ends (two or more), else None
         return self._run_ends
 
     def output_tokens(self) -> IntArray:
@@ -249,8 +235,7 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _group_form(self) -> None:  # of the running requests, all decoding
         self._group = DecodeGroup(self)
 
-    def _group_drop(self) -> None:
-        """Write the members' arrays and end the group, between steps."""
+    def _group_drop(self) -> None:  # write the members' arrays and end it, between steps
         g = self._group
         assert g is not None
         self._group = None
@@ -293,9 +278,9 @@ class SkipAheadEngine(TiedSteps, Engine):
         priced_s: float | None = None
     ) -> Generator[simpy.Event, Any, None]:
         """``Engine._run_scheduled`` of the group's step (``n`` members, then ``tail``, those
-        starting) and of the decode run it starts, committed as stepping does (a step with
-        aborts during it, the last, without them): the one path of the decode group's steps
-        and ``spec_run``'s (:meth:`_plan_group`; ``priced_s``: its time, if known)."""
+        starting) and of the run it starts (:meth:`_plan_group`; ``priced_s``: its time, if
+        known), committed as stepping does (the last step with aborts during it, without
+        them): the one path of both groups' steps."""
         dt, run, t_lag = self._plan_group(n, tail, priced_s)
         if run is None:  # one step (nothing cuts it: _work_changed)
             yield from self._wait(self._account_step(dt, reserved, counts))
@@ -323,8 +308,8 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _group_step_s(self, n: int, tail: list[tuple[int, int]],
                       priced_s: float | None) -> tuple[float, bool]:
-        """The group's step's time (``n`` members, then ``tail``, those starting; ``priced_s``:
-        its time if known, speculation's) and whether a run may follow it."""
+        """The group's step's time (``priced_s``: speculation's, if known) and whether a run may
+        follow it."""
         g = self._group
         assert g is not None
         if tail or self._step_extra_s:
@@ -335,14 +320,12 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _plan_group(self, n: int, tail: list[tuple[int, int]],
                     priced_s: float | None) -> tuple[float, Run | None, float]:
-        """The group's step (:meth:`_group_step_s`): its time, the run it starts (None: none)
-        and the event that run may go a step past (inf: none), for either group. The run goes
-        to the group's first finish (``steps_left``), as a request becomes schedulable (not
-        behind a refused FCFS head, :meth:`_plan_until`) and to the step in progress at the
-        next external event (or past it: async scheduling, ``DecodeRunPlanner.keep``); it is
-        cut where the blocks run out (``run_used`` of the group's ``take``) and, while the
-        waiting head is refused, where it may start (``_jump_limit``); the group prices its
-        steps (``run_times``)."""
+        """The group's step's time, the run it starts (None: none) and the event that run may
+        go a step past (inf: none). The run goes to the group's first finish, to a request
+        becoming schedulable (not behind a refused FCFS head, :meth:`_plan_until`) and to the
+        step in progress at the next external event (or past it: ``DecodeRunPlanner.keep``);
+        it is cut where the blocks run out (``run_used``) or the refused head may start
+        (``_jump_limit``)."""
         g = self._group
         assert g is not None
         dt, runs = self._group_step_s(n, tail, priced_s)
@@ -355,8 +338,7 @@ class SkipAheadEngine(TiedSteps, Engine):
         if self._pending and not (self._span_head is not None and self.runs_past_external
                                   and self.config.scheduling_policy == "fcfs"):
             to_end = min(to_end, self._pending[0][1] - self.num_steps)
-        # a disaggregated decode replica's KV reads: one seen ends the run at its due step,
-        # one not yet seen at the step count it will be due at (LoadNotices.run_cut)
+        # a disaggregated decode replica's KV reads end the run (LoadNotices.run_cut)
         notices = None if self.remote is None else self.remote.notices
         read_s = math.inf
         if notices is not None:
@@ -389,11 +371,9 @@ class SkipAheadEngine(TiedSteps, Engine):
     # --- decode runs ----------------------------------------------------------------------------
     def _plan_until(self, t_ext: float) -> float:
         """How far a decode run planned now may go: to the step in progress at ``t_ext``, the
-        next external event. While the waiting head is refused (``head_refusal``) an arrival
-        joins the queue behind it, so later steps differ only in the timeline's figures (read
-        as each step is scheduled, kept at the samples): the run may go on to the first sample
-        at or after ``t_ext`` (``DecodeRunPlanner.keep``). An arrival at the head (a priority
-        queue) or an abort still ends it with the step in progress (:meth:`_work_changed`)."""
+        next external event; while the waiting head is refused an arrival joins behind it and
+        changes only the timeline's figures, so to the first sample at or after ``t_ext``. An
+        arrival at the head or an abort still ends it (:meth:`_work_changed`)."""
         if not self.head_refusal or t_ext == math.inf:
             return t_ext
         self._span_head = self.waiting.peek_request()
@@ -402,18 +382,16 @@ class SkipAheadEngine(TiedSteps, Engine):
     def _wait_run(self, t1: float, run: Run | None = None, reserved: int = 0,
                   counts: tuple[int, int] = (0, 0), t_lag: float = math.inf
                   ) -> Generator[simpy.Event, Any, None]:
-        """Run the planned ``run`` (step ends, blocks in use, step times; the last ends at
-        ``t1``), logged (``reserved``, ``counts``: as ``Engine._account_step``; ``t_lag``: the
-        event it may go a step past, or inf); ``_jump_keep``: the steps that ran (fewer when
-        work is added or aborted). Without ``run``: a fleet's replica's ``Engine._wait``."""
+        """Run the planned ``run`` (step ends, blocks in use, step times; ending at ``t1``),
+        logged; ``_jump_keep``: the steps that ran (fewer when work is added or aborted).
+        Without ``run``: a fleet's replica's ``Engine._wait``."""
         env = self.env
         self._busy = True
         k = 1
         if run is not None:
             step_end, used, dts = run
             k = len(step_end)
-            # one event for the run's end, made now: the run driver's events (URGENT) come
-            # before it whenever made, as before stepping's step ending then (simulator/alarm.py)
+            # one event for the run's end: the run driver's (URGENT) come first (alarm.py)
             if k > 1:
                 self._jump_ends = self._run_ends = step_end
                 self._run_used = used
@@ -429,24 +407,21 @@ class SkipAheadEngine(TiedSteps, Engine):
             try:
                 delay = max(0.0, t1 - env.now)
                 if k > 1 and env.now + delay != t1 and step_end[k - 2] > env.now:
-                    # SimPy adds the delay to now: from the run's start it rounds to another
-                    # instant than t1, an ulp away, while stepping's event, made at the last
-                    # step's start, lands on t1 (the difference of close floats is exact): wait
-                    # from there, as stepping does
+                    # now + delay rounds an ulp away from t1: wait from the last step's start,
+                    # as stepping does (the difference of close floats is exact)
                     yield Timeout(env, max(0.0, float(step_end[k - 2]) - env.now))
                     delay = max(0.0, t1 - env.now)
                 yield Timeout(env, delay)
                 break
             except simpy.Interrupt:
-                # work was added or aborted mid-run: stop at the end of the step in progress,
-                # as stepping one by one would have (or later: see _work_changed)
+                # work added or aborted mid-run: stop with the step in progress (_work_changed)
                 k = self._jump_keep
                 t1 = float(step_end[k - 1])
                 if ties is not None:
                     self._due[self.tie_index] = t1
         if ties is not None:
-            if self._due.count(t1) > 1:  # another replica's event is due now too: stepping's
-                # order (the step is in flight until its turn: an abort meanwhile waits for it)
+            if self._due.count(t1) > 1:  # another's is due now too: stepping's order (in
+                # flight until its turn: an abort meanwhile waits for it)
                 yield from ties.turn(self.tie_index, t1)
             self._due[self.tie_index] = math.inf
         self._busy = False
@@ -474,8 +449,7 @@ class SkipAheadEngine(TiedSteps, Engine):
                                self.num_preemptions_total)
 
     def _steps_done_now(self) -> int:
-        """``Engine._steps_done_now`` with a run's ended steps (and, for a fleet's replica,
-        those ending now that ended first, ``fleet_ties``)."""
+        """``Engine._steps_done_now`` with a run's ended steps (``fleet_ties``' at a tie)."""
         ends = self._run_ends
         if ends is None:
             return self.num_steps
@@ -485,14 +459,12 @@ class SkipAheadEngine(TiedSteps, Engine):
 
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:
         """Work was added or aborted during a run: end it with the step in progress (``lag``
-        steps after: async scheduling, unless a timeline sample reads those steps' figures). A
-        request ``added`` behind the refused head the run was planned past (:meth:`_plan_until`)
-        or coming then (``lag``) to an FCFS queue changes only the timeline's figures of later
-        steps: the run goes on to the first sample at or after now."""
+        steps after, unless a timeline sample reads them). A request ``added`` behind the
+        refused head the run was planned past (:meth:`_plan_until`), or coming then to an FCFS
+        queue, changes only later figures: the run goes on to the first sample from now."""
         ends = self._jump_ends
         now = self.env.now
-        # nothing to cut unless a step after the one in progress is planned (the run's next
-        # to last step ends now or later): the common case, checked without a search
+        # nothing to cut unless a step after the one in progress is planned (no search)
         if ends is None or len(ends) < 2 or ends[-2] < now:
             return
         if lag and self._lag_run and (len(ends) < 3 or ends[-3] < now):
@@ -516,16 +488,12 @@ class SkipAheadEngine(TiedSteps, Engine):
         self.process.interrupt()
 
     def _admit_in_run(self, ends: Floats, j: int) -> bool:
-        """Take a hand-off (the request just added) to a disaggregated decode replica,
-        schedulable from the run's boundary ``j`` (``ends[j]``), into the run, where stepping's
-        waiting loop takes it at once (after those handed off before it; its blocks allocated,
-        its KV read started: it does not run); False: the run ends at ``j``. The run goes on
-        (docs/performance.md, "Runs through a hand-off's admission") when its scheduler sees
-        there what stepping's would: no FCFS head refused, nothing else coming, vLLM's own
-        waiting loop (``Scheduler.vllm_waiting_loop``), blocks for it beside the watermark and
-        for the members' steps to the run's end, no timeline sample in the step that counts it
-        waiting (the caller's ``lagged``); it is cut where its read's request becomes
-        schedulable (``LoadNotices.run_cut``'s count)."""
+        """Take a hand-off (the request just added) to a disaggregated decode replica into the
+        run at its boundary ``j``, as stepping's waiting loop would (blocks allocated, KV read
+        started); False: the run ends at ``j``. Only where the scheduler sees what stepping's
+        would (docs/performance.md, "Runs through a hand-off's admission"): no head refused,
+        nothing else coming, ``vllm_waiting_loop``, blocks beside the watermark and the
+        members' steps; cut where its read's request becomes schedulable."""
         remote, pending, env, used = self.remote, self._pending, self.env, self._run_used
         if remote is None or not pending or pending[-1][0] not in remote.pending:
             return False  # not a hand-off whose KV is remote
@@ -557,8 +525,8 @@ class SkipAheadEngine(TiedSteps, Engine):
         return True
 
     def _admit_at(self, i: int, run: Floats | None, j: int, _: object) -> None:
-        """Boundary ``j`` of the decode run ``run``: admit row ``i`` as stepping's schedule
-        there does, unless the run ended by then (the engine's loop admits it) or it left."""
+        """At boundary ``j`` of ``run``: admit row ``i`` as stepping does, unless the run ended
+        by then (the engine's loop admits it) or it left."""
         pending, remote = self._pending, self.remote
         assert remote is not None
         del remote.wakes[0]  # (its own: they come in the order they were made)

@@ -2,25 +2,22 @@
 item 4: skip-ahead byte-identical to stepping on the fleet's ties).
 
 Stepping makes each step's end event when the step starts, and SimPy runs the events due at one
-instant in the order they were made: of two replicas' steps ending at ``t``, the one that started
-earlier ends first; of two started at the same instant, the one whose previous step ended first
-(a step back), a step started from idle after every step end due then and after the replicas
-woken before it (:meth:`FleetTies._walk`). A replica with skip-ahead has one event for a decode
-run (its last step's end, ``fast_decode.SkipAheadEngine._wait_run``); the run driver's events,
-URGENT, come before them all (``simulator/alarm.py``). What of stepping's order can be seen:
+instant in the order they were made: of two steps ending at ``t``, the one started earlier ends
+first; of two started together, the one whose previous step ended first, a step started from
+idle after every step end due then and after those woken before it (:meth:`FleetTies._walk`).
+A skip-ahead replica has one event for a decode run (its last step's end); the run driver's
+events, URGENT, come before them all (``simulator/alarm.py``). What of that order can be seen:
 
-1. the replicas' events due at one instant (a finish on each tells the one gateway in turn): a
-   replica whose event comes due while another's due then comes first waits for it
-   (:meth:`FleetTies.turn`), and runs when that one has (an URGENT event);
+1. the replicas' events due at one instant (each tells the one gateway of its finishes in turn):
+   a replica whose event comes due with another's that comes first waits for it
+   (:meth:`FleetTies.turn`);
 2. a run's step ending at the instant another replica, ending a step then, adds work to it,
-   aborts some or reads its output tokens (through the gateway: ``actor``): the run's step has
-   ended first when it comes first in stepping's order (:meth:`TiedSteps._steps_done`); so too
-   for what follows from that finish at that instant (a closed loop's user sends at once), so
-   ``actor`` is kept for the instant (``actor_s``).
+   aborts some or reads its output (through the gateway: ``actor``, kept for the instant, as
+   what follows at once, a closed loop's send, follows from that finish): the run's step has
+   ended first when it comes first in stepping's order (:meth:`TiedSteps._steps_done`).
 
-Both are checked only where times are equal (one comparison of floats a step): 8 replicas on
-conv_n2000_q6, no tie: +0.9 to +1.0 % instructions (``benchmarks/bench_instructions.py``). Only
-a fleet with one gateway for all replicas (a global budget) uses this.
+Both are checked only where times are equal (8 replicas on conv_n2000_q6, no tie: +0.9 to
++1.0 % instructions). Only a fleet with one gateway for all replicas (a global budget) uses this.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ __all__ = ["FleetTies", "TiedSteps", "tie_replicas"]
 
 
 class _Urgent(Event):
-    """An event that, once :meth:`fire`\\ d, SimPy runs before every ordinary event due now
-    (URGENT priority, as SimPy's interrupts)."""
+    """An event that, once fired, SimPy runs before every ordinary event due now (URGENT)."""
 
     def fire(self) -> None:
         self._ok = True
@@ -51,26 +47,23 @@ class _Urgent(Event):
 
 
 class FleetTies:
-    """The fleet's side (the module docstring): ``replicas[r]`` writes in ``due[r]`` when its
-    next event is due, tells :meth:`root` of a step started from idle and waits for
-    :meth:`turn` when its event comes due with another's; the fleet sets ``actor`` and
-    ``actor_s`` as a replica's finish is told to the gateway."""
+    """The fleet's side: ``replicas[r]`` writes in ``due[r]`` when its next event is due, tells
+    :meth:`root` of a step started from idle and waits for :meth:`turn` when its event comes
+    due with another's; the fleet sets ``actor`` and ``actor_s`` as a replica's finish is told
+    to the gateway."""
 
     def __init__(self, env: simpy.Environment, replicas: Sequence[TiedSteps]) -> None:
         self.env = env
         self.replicas = replicas
-        # the end of each replica's step (or run) whose event is due and has not run; inf
+        # the end of each replica's step (or run) whose event has not run; inf
         self.due = [math.inf] * len(replicas)
-        # per replica: step number -> (instant, order) of the steps that started it from
-        # idle (its first step, and each after a wake): their own start is no step's end
+        # per replica: step number -> (instant, order) of its steps started from idle
         self._roots: list[dict[int, tuple[float, int]]] = [{} for _ in replicas]
         self._num_roots = 0
         self._waiting: dict[int, _Urgent] = {}  # replicas waiting for their turn
         # (a, b) -> (t, whether a's step ending at t ended before b's), the last asked
         self._order: dict[tuple[int, int], tuple[float, bool]] = {}
-        # the replica whose finish the gateway was told of last (-1: none yet), at actor_s:
-        # what happens at that instant after it (and after no other replica's finish) follows
-        # from its step end, as in stepping (before)
+        # the replica whose finish the gateway was told of last (-1: none), at actor_s
         self.actor = -1
         self.actor_s = -math.inf
 
@@ -104,21 +97,17 @@ class FleetTies:
 
     # --- stepping's order -------------------------------------------------------------------
     def before(self, b: int, t: float) -> bool:
-        """Whether replica ``b``'s step ending at ``t`` (now) ended, in stepping, before the
-        step of :attr:`actor` (ending now too) whose finish the gateway is told of, or was told
-        of last at this instant: what follows from it (a closed loop's next send, which in
-        stepping comes right after that step end) comes after the same step ends. False when
-        no replica's finish has acted at ``t``: the outside world's events come before every
-        step end at their instant (``alarm.UrgentTimeout``)."""
+        """Whether replica ``b``'s step ending at ``t`` (now) ended, in stepping, before that of
+        :attr:`actor`, whose finish acts (or acted last) now. False when none has acted at
+        ``t``: the outside world's events come before every step end then."""
         a = self.actor
         if a < 0 or a == b or self.actor_s != t:
             return False
         return self._before(b, a, t)
 
     def _before(self, a: int, b: int, t: float) -> bool:
-        """Whether replica ``a``'s step ending at ``t`` ended before replica ``b``'s, in
-        stepping; kept for the pair: replicas in lockstep tie at every step, and the next
-        comparison's walk stops at this one."""
+        """Whether replica ``a``'s step ending at ``t`` ended before ``b``'s, in stepping; kept
+        for the pair (in lockstep they tie at every step: the next walk stops here)."""
         n = 16
         while (first := self._walk(a, b, t, n)) is None:
             n *= 4
@@ -127,10 +116,8 @@ class FleetTies:
         return first
 
     def _walk(self, a: int, b: int, t: float, n: int) -> bool | None:
-        """:meth:`_before` from the last ``n`` step ends of each replica: the step that started
-        first; of two started at the same instant, the one started by a step end (not a wake),
-        whose previous step ended first (walked back, or known: ``_order``), or woken first.
-        None when ``n`` ends do not decide."""
+        """:meth:`_before` from each one's last ``n`` step ends (the module docstring's rule,
+        walked back, or known: ``_order``); None when they do not decide."""
         ea, ma = self._ends_to(a, t, n)
         eb, mb = self._ends_to(b, t, n)
         ra, rb = self._roots[a], self._roots[b]
@@ -155,9 +142,7 @@ class FleetTies:
 
     def _ends_to(self, q: int, t: float, n: int) -> tuple[list[float], int]:
         """The last ``n`` (or fewer) of replica ``q``'s step ends up to its step ending at
-        ``t``, and that step's number: those logged, then the run's in flight (logged when it
-        ends) or the step in flight's. (The actor's step ending at ``t`` is logged: a run it
-        started since ends after ``t``.)"""
+        ``t`` (logged, then the run's or the step's in flight), and that step's number."""
         e = self.replicas[q]
         run = e.run_in_flight()
         if run is not None and run[0] <= t:
@@ -171,40 +156,34 @@ class FleetTies:
 
 
 class TiedSteps:
-    """A replica's side of :class:`FleetTies` (a base of ``fast_decode.SkipAheadEngine``, using
-    of ``Engine`` only what ``engine.SPEED_UP_INTERFACE`` lists): nothing outside such a fleet."""
+    """A replica's side of :class:`FleetTies` (a base of ``fast_decode.SkipAheadEngine``)."""
 
     ties: FleetTies | None = None
     tie_index = -1
     _chained = False  # its next step starts as its last ends (not from idle)
     _due: list[float]  # ties.due, once joined
-    # what FleetTies reads of it: Engine's, and the decode run in flight's step ends (two
-    # steps or more, else None: SkipAheadEngine's)
+    # what FleetTies reads of it (Engine's and SkipAheadEngine's)
     log: StepLog
     num_steps: int
     run_in_flight: Callable[[], Floats | None]
     _on_idle: Callable[[], None]  # (Engine's)
-    # of fast_decode.SkipAheadEngine: a decode run's wait, a step's too (its Engine._wait)
     _wait_run: Callable[[float], Generator[simpy.Event, Any, None]]
 
     def join_ties(self, ties: FleetTies, index: int) -> None:
-        """Be replica ``index`` of a fleet whose step ends ``ties`` orders: a single step waits
-        through ``_wait_run``, going idle is noted (over a preset's ``_on_idle``), on this
-        engine alone so that one outside such a fleet pays nothing for them."""
+        """Be replica ``index`` of ``ties``' fleet: a step waits through ``_wait_run``, going
+        idle is noted (on this engine alone: one outside such a fleet pays nothing)."""
         self.ties, self.tie_index, self._due = ties, index, ties.due
         self._wait = self._wait_run
         self._on_idle_untied = self._on_idle
         self._on_idle = self._tied_on_idle
 
-    def _tied_on_idle(self) -> None:
-        """The preset's ``_on_idle``; the next step starts from idle."""
+    def _tied_on_idle(self) -> None:  # the preset's; the next step starts from idle
         self._chained = False
         self._on_idle_untied()
 
     def _steps_done(self, ends: Floats, now: float) -> int:
-        """How many of the decode run's step ``ends`` have ended at ``now``: those before it,
-        and the one ending now when, in stepping, it ended before the step of the replica
-        whose finish acts on this one now."""
+        """How many of a run's step ``ends`` have ended at ``now``: those before it, and the one
+        ending now if it ended before the acting replica's (:meth:`FleetTies.before`)."""
         j = bisect.bisect_left(ends, now)
         ties = self.ties
         if ties is not None and j < len(ends) and ends[j] == now and ties.before(
@@ -214,8 +193,8 @@ class TiedSteps:
 
 
 def tie_replicas(env: simpy.Environment, replicas: Sequence[object]) -> FleetTies | None:
-    """The :class:`FleetTies` of a fleet's ``replicas``, each joined, when there are two or
-    more and every one runs skip-ahead (a ``TiedSteps``); None otherwise."""
+    """The :class:`FleetTies` of two or more ``replicas``, each joined, all skip-ahead; else
+    None."""
     tied = [e for e in replicas if isinstance(e, TiedSteps)]
     if len(tied) != len(replicas) or len(tied) < 2:
         return None

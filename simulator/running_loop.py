@@ -1,8 +1,8 @@
-"""The running loop of a step in arrays. vLLM's gives each running request, in order,
-``min(num_tokens - num_computed_tokens, token budget left)`` new tokens and the blocks they need;
-when every allocation succeeds (the common case) that is a prefix sum (:func:`budget_prefix`)
-and a count of new blocks; only when one fails does the scheduler walk the requests one by one,
-preempting. :class:`RunningArray` keeps ``running`` as an array between steps.
+"""The running loop of a step in arrays: vLLM's gives each running request, in order,
+``min(num_tokens - num_computed_tokens, budget left)`` new tokens and their blocks; when every
+allocation succeeds (the common case) that is a prefix sum (:func:`budget_prefix`). Only when
+one fails does the scheduler walk them one by one, preempting. :class:`RunningArray` keeps
+``running`` as an array between steps.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ NO_ROWS.flags.writeable = False
 
 @dataclass(slots=True)
 class RunningPrefix:
-    """The requests the running loop reaches, in order, with the token budget it hands out:
-    ``rows``, their ``new`` tokens, ``blocks`` (``num_blocks`` now), ``want`` (the blocks
-    they need for the step), ``num_new`` (the new tokens in all) and ``num_extra`` (the new
-    blocks in all, ``sum(want - blocks)``)."""
+    """The requests the running loop reaches: ``rows``, their ``new`` tokens, ``blocks`` (now),
+    ``want`` (for the step), ``num_new`` (in all), ``num_extra`` (``sum(want - blocks)``)."""
 
     rows: IntArray
     new: IntArray
@@ -39,10 +37,9 @@ def budget_prefix(
     rows: IntArray, num_tokens: IntArray, num_computed_tokens: IntArray, num_blocks: IntArray,
     budget: int, block_size: int, lookahead: int = 0, max_model_len: int = 0,
 ) -> RunningPrefix:
-    """The token budget handed out in ``rows``' order, as the running loop does; blocks for
-    ``lookahead`` tokens beyond each row's new ones (speculative decoding's
-    ``num_lookahead_tokens``), never beyond ``max_model_len`` tokens (vLLM's
-    ``kv_cache_manager.py:543``, 0.32.0)."""
+    """The token budget handed out in ``rows``' order; blocks for ``lookahead`` tokens beyond
+    (``num_lookahead_tokens``), never beyond ``max_model_len`` (vLLM 0.32.0's
+    ``kv_cache_manager.py:543``)."""
     computed = num_computed_tokens[rows]
     need = num_tokens[rows] - computed
     cum = np.add.accumulate(need)
@@ -65,10 +62,8 @@ def budget_prefix(
 
 
 class RunningArray:
-    """``running`` (a list, in the order requests started) as an array, kept between steps: a
-    prefix view of a buffer. A request that starts is written just past that view, so views
-    handed out before (a step's rows) never change; a removal drops the array (rebuilt, into a
-    new buffer, on demand)."""
+    """``running`` as an array, kept between steps: a prefix view of a buffer; a start is
+    written past it (views handed out never change), a removal drops it (rebuilt on demand)."""
 
     __slots__ = ("_arr", "_buf")
 
@@ -76,8 +71,7 @@ class RunningArray:
         self._arr: IntArray | None = None
         self._buf: IntArray = np.zeros(0, np.int64)
 
-    def started(self, i: int, num_running: int) -> None:
-        """Row ``i`` joined ``running``, which now holds ``num_running`` rows."""
+    def started(self, i: int, num_running: int) -> None:  # i joined: num_running rows
         arr = self._arr
         if arr is not None:
             n = len(arr)
@@ -90,8 +84,7 @@ class RunningArray:
     def stopped(self) -> None:  # rows left running
         self._arr = None
 
-    def of(self, running: list[int]) -> IntArray:
-        """``running`` as an array (read-only by convention: views are shared)."""
+    def of(self, running: list[int]) -> IntArray:  # (read-only: views are shared)
         arr = self._arr
         if arr is None or len(arr) != len(running):
             n = len(running)

@@ -67,60 +67,47 @@ class Scheduler:
     is ``commit``, a :class:`~kvbudget.simulator.step_commit.StepCommit`), without the clock.
     Requests are workload rows ``i``.
 
-    **Hooks** an engine variant overrides (all the behaviour a variant may change; every one
-    calls ``super()`` or replaces the base behaviour whole):
+    **Hooks** an engine variant overrides (each calls ``super()`` or replaces the base whole):
 
-    * :meth:`_admit_waiting` ``(i, n_new) -> str``: may waiting request ``i`` start with
-      ``n_new`` tokens this step; allocate its blocks and return "", or return why not;
-    * :meth:`_on_schedule_waiting` ``()``: before the waiting loop of a step;
-    * :meth:`_load_waiting` ``(i) -> bool``: whether waiting request ``i`` loads its KV from
-      another tier (a CPU offload tier) instead of starting this step;
-    * :meth:`_schedule_running` ``(budget)``: the running loop when not every running request
-      the token budget reaches gets its blocks (SGLang retracts first);
-    * :meth:`_victim` ``() -> int``: the running request preempted when blocks run out;
-    * :meth:`_preempt` ``(i)``: what preempting ``i`` does (recompute here, swap in vllm-swap);
-    * :meth:`_on_abort` ``(i)``: request ``i`` leaves by an abort (before its blocks are freed);
-    * :meth:`_on_steps` ``(preempted, k)``: before ``k`` scheduled steps commit
-      (:meth:`scheduled_with_output` says whether one of their requests had output);
+    * :meth:`_admit_waiting` ``(i, n_new) -> str``: may waiting ``i`` start with ``n_new``
+      tokens this step; allocate its blocks and return "", or return why not;
+    * :meth:`_on_schedule_waiting` ``()``: before a step's waiting loop;
+    * :meth:`_load_waiting` ``(i) -> bool``: whether waiting ``i`` loads its KV from another
+      tier (a CPU offload tier) instead of starting this step;
+    * :meth:`_schedule_running` ``(budget)``: the running loop when a request the token budget
+      reaches does not get its blocks (SGLang retracts first);
+    * :meth:`_victim` ``() -> int``, :meth:`_preempt` ``(i)``: who is preempted when blocks
+      run out, and how (recompute here, swap in vllm-swap);
+    * :meth:`_on_abort` ``(i)``: ``i`` leaves by an abort (before its blocks are freed);
+    * :meth:`_on_steps` ``(preempted, k)``: before ``k`` scheduled steps commit;
     * :meth:`_on_idle` ``()``: nothing is running or waiting;
-    * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps
-      of a planned decode run keep the waiting head refused;
-    * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: request ``i`` joins
-      ``running``, ``rows`` leave it (finished, preempted, retracted or aborted); call
-      ``super()`` (TensorRT-LLM keeps a sum over the running requests);
-    * :meth:`Engine.stats <kvbudget.simulator.engine.Engine.stats>` ``()``: the variant's own
-      figures, added to the base's; ``Engine._held_until_s`` ``()``: when work the variant
-      holds outside the queues (KV being loaded) is ready, so the engine waits for it;
-    * ``rows`` (:class:`kvbudget.simulator.request_rows.RowArrays`): a variant with
-      per-request arrays of its own registers them there (``rows.add``), so that
-      ``Engine.grow_rows`` grows them (a fleet's replica holds the rows routed to it), or says
-      ``rows_grow = False`` (a class attribute) when they follow from the columns;
-    * :attr:`decode_group` (a class attribute): False when a hook reads running requests'
-      arrays between steps: skip-ahead then keeps no decode group (nor ``spec_run.SpecGroup``).
+    * :meth:`_jump_limit` ``(k_max, alloc_cum) -> int``: with skip-ahead, how many steps of a
+      planned decode run keep the waiting head refused;
+    * :meth:`_start_running` ``(i)``, :meth:`_stop_running` ``(rows)``: rows join or leave
+      ``running``; call ``super()`` (TensorRT-LLM keeps a sum over the running requests);
+    * ``Engine.stats`` (the variant's figures, added to the base's), ``Engine._held_until_s``
+      (when work the variant holds outside the queues, KV being loaded, is ready);
+    * ``rows`` (:class:`~kvbudget.simulator.request_rows.RowArrays`): per-request arrays of a
+      variant, registered (``rows.add``) so that ``Engine.grow_rows`` grows them, or
+      ``rows_grow = False`` when they follow from the columns;
+    * :attr:`decode_group`: False when a hook reads running requests' arrays between steps
+      (skip-ahead then keeps no decode group, nor ``spec_run.SpecGroup``).
 
-    What a hook may use besides the request arrays (``num_tokens``, ``num_computed_tokens``,
+    A hook may use the request arrays (``num_tokens``, ``num_computed_tokens``,
     ``num_output_tokens``, ``num_blocks``, ``prompt_tokens``, ``max_output_tokens``,
     ``target_output``, ``num_preemptions``, ``recomputed_tokens``), ``running``, ``waiting``,
-    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``num_steps``, ``hooks`` and
-    ``kv`` (the KV blocks, :class:`kvbudget.simulator.kv_blocks.KVBlocks`: ``num_free_blocks``,
-    ``num_available_blocks``, ``num_running_blocks``, ``prefix_hit_blocks()``, ``prefix``):
-    :meth:`running_rows`, :attr:`head_refusal`, :meth:`start_tokens`,
-    :meth:`allocate_start`, :meth:`allocate_slots`, :meth:`evict_running`,
-    :meth:`add_step_time`, :meth:`running_output_tokens` and :meth:`scheduled_with_output`.
-    Nothing else of the base (its underscored fields) is theirs. With a decode group
-    (``decode_group``), a hook that runs while requests are running reads their output tokens
-    and blocks through :meth:`running_output_tokens` and ``kv.num_running_blocks``, never
-    through their arrays; a hook that preempts or retracts
-    (:meth:`_victim`, :meth:`_preempt`, :meth:`_schedule_running`) runs after the group is
-    dissolved, so the arrays are current there.
+    ``config``, ``block_size``, ``watermark_blocks``, ``t``, ``num_steps``, ``hooks``, ``kv``
+    (:class:`~kvbudget.simulator.kv_blocks.KVBlocks`) and the public methods; nothing
+    underscored of the base. With a decode group, a hook that runs while requests run reads
+    their output tokens and blocks through :meth:`running_output_tokens` and
+    ``kv.num_running_blocks``, never their arrays; one that preempts or retracts runs after
+    the group is dissolved, so the arrays are current there.
     """
 
-    # whether skip-ahead may keep the running requests as a decode group (see above)
-    decode_group: ClassVar[bool] = True
-    # whether grow_rows grows every per-request array of the class (see above)
-    rows_grow: ClassVar[bool] = True
-    # whether the waiting loop is vLLM's own: the class overrides neither _admit_waiting nor
-    # _on_schedule_waiting (set per class; SkipAheadEngine._admit_in_run relies on it)
+    decode_group: ClassVar[bool] = True  # (see above)
+    rows_grow: ClassVar[bool] = True  # (see above)
+    # the waiting loop is vLLM's own: neither _admit_waiting nor _on_schedule_waiting
+    # overridden (set per class; SkipAheadEngine._admit_in_run relies on it)
     vllm_waiting_loop: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -132,8 +119,7 @@ class Scheduler:
         self.config = config
         self.cost = cost_model
         self.hooks = hooks
-        # the engine's sizes and a step's limits (the config is frozen: read once), checked as
-        # vLLM checks them at start-up
+        # the engine's sizes and a step's limits, checked as vLLM checks them at start-up
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be >= 1, got {num_gpu_blocks!r}")
         self.block_size = config.block_size
@@ -162,7 +148,6 @@ class Scheduler:
         self.first_token_s = rows.add("first_token_s", np.full(n, np.nan), math.nan)
         self.finished_s = rows.add("finished_s", np.full(n, np.nan), math.nan)
         self.num_preemptions = rows.add("num_preemptions", np.zeros(n, np.int64), 0)
-        # per request: KV computed then discarded
         self.recomputed_tokens = rows.add("recomputed_tokens", np.zeros(n, np.int64), 0)
         self.num_recomputed_tokens = self.num_preemptions_total = 0
         # queues: ``running`` changes only through _start_running and _stop_running
@@ -174,8 +159,7 @@ class Scheduler:
         self._hol_blocked = False  # this step's waiting head was refused for lack of KV
         self.head_refusal = ""  # why the waiting loop stopped: "", seqs, budget, kv, policy
         self.remote: RemoteLoads | None = None  # a disaggregated decode replica's KV loads
-        # the KV blocks, shared between prompt prefixes with equal hashes with automatic
-        # prefix caching (vLLM --enable-prefix-caching) over the workload's hashes
+        # the KV blocks, shared by prompt prefixes of equal hashes with prefix caching
         prefix = None
         if config.enable_prefix_caching and columns.prefix_hashes is not None:
             prefix = PrefixCaching(config.block_size, columns.prompt_tokens, columns.prefix_hashes,
@@ -187,7 +171,6 @@ class Scheduler:
         # inter-token gaps (ITL): each request's runs of tokens in consecutive steps
         self.segments = TokenSegments(n)
         self.spec: SpecDecode | None = None  # speculative decoding (make_engine sets it)
-        # what a step does to the requests when it ends, and two facts of the running set
         self.commit = StepCommit(self, on_finish=hooks.on_finish, stop_running=self._stop_running)
 
     def _set_columns(self, columns: RequestColumns) -> None:  # the workload's, or a replica's
@@ -201,8 +184,7 @@ class Scheduler:
         self.max_output_tokens = out if most is None else most
 
     # --- what hooks may use ----------------------------------------------------------------
-    def running_rows(self) -> IntArray:
-        """``running`` as an array (read-only)."""
+    def running_rows(self) -> IntArray:  # ``running`` as an array (read-only)
         return self._running_array.of(self.running)
 
     def running_output_tokens(self) -> IntArray:
@@ -226,8 +208,7 @@ class Scheduler:
             return len(hit) * self.kv.prefix.hash_tokens
         return self.num_computed_tokens.item(i)
 
-    def add_step_time(self, seconds: float) -> None:
-        """Add ``seconds`` to the step being scheduled (a swap transfer)."""
+    def add_step_time(self, seconds: float) -> None:  # to the step being scheduled (a swap)
         self._step_extra_s += seconds
 
     def evict_running(self, i: int, *, recompute: bool = True, front: bool = True) -> None:
@@ -277,7 +258,7 @@ class Scheduler:
         return self.allocate_start(i, self.start_tokens(i) + n_new, reserve=self.watermark_blocks)
 
     def _on_schedule_waiting(self) -> None:
-        """(Before the waiting loop of a step.)"""
+        pass
 
     _vllm_waiting = (_admit_waiting, _on_schedule_waiting)  # (vllm_waiting_loop)
 
@@ -306,25 +287,21 @@ class Scheduler:
         """By recompute (vLLM v1), to the front of ``waiting``."""
         self.evict_running(i)
 
-    def _on_abort(self, i: int) -> None:
-        """(The hooks are described in the class docstring.)"""
+    def _on_abort(self, i: int) -> None:  # (the hooks: the class docstring)
+        pass
 
     def _on_steps(self, preempted: bool, k: int) -> None:
-        """(``preempted``: the schedule preempted a request.)"""
+        pass
 
     def _on_idle(self) -> None:
-        """(Nothing running or waiting.)"""
+        pass
 
     def _jump_limit(self, k_max: int, alloc_cum: IntArray) -> int:
-        """How many steps of a planned decode run (skip-ahead) of every running request keep
-        the waiting head refused. Step ``j`` of the run (``0 <= j < k_max``) sees
-        ``alloc_cum[j]`` more blocks taken than step 0 and every running request ``j`` more
-        tokens. vLLM's refusals (seats, token budget, blocks) cannot lift during a decode run,
-        so the whole run stands, but for one: with prefix caching, a step that evicts a cached
-        prefix nobody uses may evict part of the head's hit. Its blocks then count as free
-        instead of as the hit's (a chunk of the budget's size needs the same blocks either
-        way), so the head may fit: the run stops before the first step that evicts (steps
-        1.. of the run take ``alloc_cum`` blocks beyond the free ones)."""
+        """How many steps of a planned decode run keep the waiting head refused (step ``j <
+        k_max`` takes ``alloc_cum[j]`` more blocks than step 0). vLLM's refusals (seats, budget,
+        blocks) cannot lift during a decode run but for one: with prefix caching, a step that
+        evicts an unused cached prefix may evict part of the head's hit, whose blocks then
+        count as free, so the head may fit: the run stops before the first step that evicts."""
         if self.remote is not None and self.remote.notices:
             return 1  # a request whose KV arrives joins the front (remote_kv.LoadNotices)
         kv = self.kv
@@ -349,7 +326,7 @@ class Scheduler:
             self.running = [i for i in self.running if i not in done]
         self._running_array.stopped()
 
-    def _abort_now(self, i: int) -> None:  # (between steps) running or waiting
+    def _abort_now(self, i: int) -> None:  # (between steps)
         if not self.in_engine.item(i):
             return
         self._on_abort(i)
@@ -363,8 +340,7 @@ class Scheduler:
         self.in_engine[i] = False
 
     def _budget_prefix(self, rows: IntArray, budget: int) -> RunningPrefix:
-        """``budget_prefix`` of ``rows`` (running, in order); with speculative decoding, drafts
-        to verify and lookahead slots."""
+        """``budget_prefix`` of running ``rows`` (with speculation's lookahead slots)."""
         spec = self.spec
         return budget_prefix(rows, self.num_tokens, self.num_computed_tokens, self.kv.num_blocks,
                              budget, self.block_size, 0 if spec is None else spec.lookahead,
@@ -389,9 +365,8 @@ class Scheduler:
             rows = np.asarray(sched, dtype=np.int64)
             new = np.asarray(sched_new, dtype=np.int64)
         started, budget = ([], budget) if preempted else self._schedule_waiting(budget)
-        # the invariants, on every path: the budget, the seats, every block free, held or cached
-        # (not while a decode group's members' num_blocks lag: its running part lists no rows),
-        # every row's (O(rows)) only when a KV load holds some (kv_offload, remote_kv)
+        # the invariants, on every path: the budget, the seats, every block free, held or
+        # cached (not while a decode group's num_blocks lag; every row's only under a KV load)
         assert budget >= 0, "the token budget is overspent"
         assert len(self.running) <= self.seqs_limit, "max_num_seqs exceeded"
         free = self.kv.num_free_blocks
@@ -403,9 +378,9 @@ class Scheduler:
         return rows, new, started, preempted
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
-        """The running loop when every request the token budget reaches gets its blocks (the
-        common case, :mod:`kvbudget.simulator.running_loop`): their rows, new tokens and those
-        in all, the blocks taken; None, changing nothing, when one does not."""
+        """The running loop when every request the budget reaches gets its blocks (the common
+        case, :mod:`~kvbudget.simulator.running_loop`): rows, new tokens, their sum, the blocks
+        taken; None, changing nothing, when one does not."""
         if not self.running:
             return NO_ROWS, NO_ROWS, 0
         prefix = self._budget_prefix(self.running_rows(), budget)
@@ -417,8 +392,8 @@ class Scheduler:
         return prefix.rows, prefix.new, prefix.num_new
 
     def _schedule_running(self, budget: int) -> tuple[list[int], list[int], bool, int]:
-        """The running loop with preemption (the module docstring's step 1): the rows, their new
-        tokens, whether any was preempted and the budget left."""
+        """The running loop with preemption (the module docstring's step 1): rows, new tokens,
+        whether one was preempted, the budget left."""
         sched: list[int] = []
         new: list[int] = []
         preempted = False
@@ -460,9 +435,9 @@ class Scheduler:
         return sched, new, preempted, budget
 
     def _schedule_waiting(self, budget: int) -> tuple[list[tuple[int, int]], int]:
-        """The waiting loop: the queue's head starts while seats (``max_num_seqs``), the token
-        budget and :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal``
-        says why). Returns those that start (row, new tokens) and the budget left."""
+        """The waiting loop (step 2): the head starts while seats, budget and
+        :meth:`_admit_waiting` allow; the first refusal stops it (``head_refusal`` says why).
+        Returns those that start (row, new tokens) and the budget left."""
         self._on_schedule_waiting()
         remote = self.remote  # requests whose KV arrived (and was noticed) go first
         if remote is not None and (remote.loaded or remote.notices.order):

@@ -1,13 +1,10 @@
 """Speculative decoding on the speed-up path (:class:`SpecSkipAheadEngine`), with stepping's
 results: the running requests kept as a :class:`SpecGroup` while each verifies ``k`` drafts a
-step, as ``fast_decode.DecodeGroup`` keeps decoding ones. A request's accepted drafts are draws
-made as it came in (:meth:`SpecDecode.steps_ahead`: their running sums), so as it joins, the
-step it finishes in and its tokens and blocks at each step follow, added to the group's sums by
-step at once; a run of the group's steps (planned and cut as a decode run is,
-``SkipAheadEngine._plan_group``) and its commit read slices of those sums. The group forms at a
-step with every running request verifying its drafts; a request that starts in one joins with
-its first token. Any other step (blocks that do not fit, a prefill, drafts the model's length
-clips, an abort) ends it and steps as ``Engine``.
+step, as ``fast_decode.DecodeGroup`` keeps decoding ones. A request's accepted drafts are drawn
+as it came in (:meth:`SpecDecode.steps_ahead`), so as it joins, its tokens and blocks at each
+step follow, added to the group's sums by step at once; a run (planned and cut as a decode run
+is) and its commit read slices of those sums. Any other step (blocks that do not fit, a
+prefill, drafts the model's length clips, an abort) ends the group and steps as ``Engine``.
 """
 
 from __future__ import annotations
@@ -46,22 +43,19 @@ Member = tuple[int, IntArray, int, int, int, int, int, int]
 
 
 class SpecGroup:
-    """The running requests of a :class:`SpecSkipAheadEngine` ``e`` while each verifies ``k``
-    drafts a step, with ``fast_decode.DecodeGroup``'s interface: ``members`` (by row, in
-    running order, :data:`Member`). A member joined at step ``sj``
-    with ``steps0`` steps with output; as step ``s < fin`` is scheduled it has ``comp[s - sj]``
-    tokens computed plus ``k + 1`` (the context its verify rows attend to), ``d`` more than
-    its output tokens, ``steps0 + s - sj`` steps with output and the larger of ``b0`` blocks
-    and those of its step's tokens and lookahead slots; after step ``fin - 1`` it has all its
-    output, ``cfin`` (its computed tokens plus ``k + 1``). Its arrays lag until it leaves
-    (:meth:`write`).
+    """The running requests of a :class:`SpecSkipAheadEngine` while each verifies ``k`` drafts
+    a step, with ``fast_decode.DecodeGroup``'s interface; ``members`` by row, in running order
+    (:data:`Member`). A member joined at step ``sj`` with ``steps0`` steps with output; as step
+    ``s < fin`` is scheduled it has ``comp[s - sj]`` tokens computed plus ``k + 1`` (its
+    verify rows' context), ``d`` more than its output tokens, ``steps0 + s - sj`` steps with
+    output and the larger of ``b0`` blocks and its step's tokens' and lookahead slots'; after
+    step ``fin - 1`` it has all its output, ``cfin`` (computed plus ``k + 1``). Its arrays lag
+    until it leaves (:meth:`write`).
 
-    By step ``s``: ``ctx[s]`` the members' ``comp`` (the verify step's context), ``take[s]``
-    the blocks the step takes (as ``fast_decode.DecodeGroup``'s: a member's step takes those
-    its blocks grow by, its first those beyond ``b0`` unless taken), ``finc[s]`` the ``cfin``
-    of those finishing in step ``s - 1``. ``clip``: the first step whose drafts the model's
-    length clips for a member (the group ends there); ``fresh``: the blocks of the members
-    that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last;
+    By step ``s``: ``ctx[s]`` the members' ``comp``, ``take[s]`` the blocks the step takes,
+    ``finc[s]`` the ``cfin`` of those finishing in step ``s - 1``. ``clip``: the first step
+    whose drafts the model's length clips (the group ends there); ``fresh``: the blocks of
+    members that joined at the step not yet scheduled; ``terms``: :meth:`price_terms`' last;
     ``draft_run_s``: the draft times of the planned run's steps 1.. (:meth:`run_times`)."""
 
     __slots__ = ("_cost", "_e", "_spec", "clip", "ctx", "draft_run_s", "fin_min", "finc",
@@ -79,9 +73,8 @@ class SpecGroup:
         self.draft_run_s: Floats | None = None
 
     def join(self, i: int, c0: int, o0: int, taken: bool = False) -> None:
-        """Row ``i`` (running order, after the members; ``c0`` tokens computed, ``o0`` output)
-        joins at the group's step, its blocks for it ``taken`` or not (a request started in
-        the step before)."""
+        """Row ``i`` (``c0`` tokens computed, ``o0`` output) joins at the group's step, its
+        blocks for it ``taken`` or not (a request started in the step before)."""
         e, spec = self._e, self._spec
         left = e.target_output.item(i) - o0
         q = spec.k + 1
@@ -94,7 +87,6 @@ class SpecGroup:
         self.ctx[s:end] += comp
         last = comp.item(num - 1)
         mml = e.max_model_len
-        # the blocks its step's tokens and lookahead slots need, within the model's length
         need = spec.blocks_table(e.kv.block_size, mml, last + 1)[comp]
         b0 = first = e.kv.num_blocks.item(i)
         if b0 > need.item(0):
@@ -116,8 +108,8 @@ class SpecGroup:
             self.fin_min = end
 
     def write(self, scheduled: bool, members: list[Member] | None = None) -> None:
-        """Write the members' arrays (or ``members``') as the group's step is ``scheduled`` (its
-        blocks taken) or before it (drafts as proposed after the last step; none once done)."""
+        """Write the members' (or ``members``') arrays as the group's step is ``scheduled``
+        (its blocks taken) or before it (drafts as proposed; none once done)."""
         e, spec = self._e, self._spec
         s = self.step
         k, mml = spec.k, e.max_model_len
@@ -137,8 +129,7 @@ class SpecGroup:
                 b0, (min(comp.item(j) + spec.lookahead, mml) + bs - 1) // bs))
 
     def price_terms(self, cost: object, top: int) -> Terms | None:
-        """``SpecDecode.step_terms`` of the group's size for contexts up to ``top``: those kept
-        (``terms``) while they serve, else new ones, kept."""
+        """``SpecDecode.step_terms`` of the group's size for contexts up to ``top`` (kept)."""
         n = len(self.members)
         t = self.terms
         if t is None or t[0] != n or top >= t[1]:
@@ -151,8 +142,8 @@ class SpecGroup:
         return min(self.fin_min - s0, max(1, self.clip - s0))
 
     def run_times(self, k: int, small: bool, dt: float, t: float) -> tuple[Floats, Floats]:
-        """Each step priced as ``_step_seconds`` prices its features, plus its draft's (kept
-        in :attr:`draft_run_s`); ``small``: from the tables (:meth:`price_terms`) as lists."""
+        """Each step priced as ``_step_seconds`` prices it, plus its draft's (kept in
+        :attr:`draft_run_s`); ``small``: from the tables (:meth:`price_terms`) as lists."""
         s0, n, cost = self.step, len(self.members), self._cost
         terms = self.price_terms(cost, self.ctx.item(s0 + k - 1)) if small else None
         if terms is not None:
@@ -175,20 +166,17 @@ class SpecGroup:
         dts[0] = dt
         return run_ends(dts, t), dts
 
-    def output_of(self, i: int, ran: int) -> int:
-        """Member ``i``'s output tokens, ``ran`` steps of a run after the group's step."""
+    def output_of(self, i: int, ran: int) -> int:  # (DecodeGroup.output_of)
         _, comp, sj, _, _, fin, cfin, d = self.members[i]
         s = self.step + ran
         return (comp.item(s - sj) if s < fin else cfin) - d
 
     def outputs_into(self, out: IntArray) -> None:
-        """Write in ``out`` (the running requests' output tokens) the members' between steps
-        (the members are the first running requests)."""
+        """Write in ``out`` (the running requests' output tokens) the members'."""
         out[: len(self.members)] = [self.output_of(i, 0) for i in self.members]
 
     def end(self, j: int) -> list[int]:
-        """Write the members' arrays as the group's step (a run's step ``j``, its draft
-        counted) is scheduled; returns the tokens each member's step computes."""
+        """``DecodeGroup.end`` (a run's step ``j``'s draft counted)."""
         spec = self._spec
         if j:
             assert self.draft_run_s is not None
@@ -198,9 +186,8 @@ class SpecGroup:
         return new
 
     def advance(self, m: int) -> list[int]:
-        """Commit the group's next ``m`` steps (their blocks taken; a run's draft times,
-        :attr:`draft_run_s`); returns the members done in the last (only a run's last
-        finishes some), written and out, for ``StepCommit.finish``."""
+        """Commit the next ``m`` steps (blocks taken; draft times :attr:`draft_run_s`); returns
+        the members done in the last (only a run's last finishes some), written and out."""
         spec = self._spec
         n = len(self.members)
         s0 = self.step
@@ -228,11 +215,8 @@ class SpecGroup:
 
 
 class SpecSkipAheadEngine(SkipAheadEngine):
-    """:class:`SkipAheadEngine` with speculative decoding (``spec``): a :class:`SpecGroup` and
-    its runs of verify steps instead of the decode group; other steps step as ``Engine``. The
-    members' arrays lag as a decode group's do (``Scheduler.decode_group``: hooks read
-    :meth:`output_tokens_of`, :meth:`running_output_tokens`, ``kv.num_running_blocks``); a
-    step that preempts or retracts runs after the group has ended (:meth:`_schedule_fit`)."""
+    """:class:`SkipAheadEngine` with speculative decoding: a :class:`SpecGroup` and its runs of
+    verify steps instead of the decode group (its members' arrays lag alike)."""
 
     # the group's slot holds a SpecGroup (its interface is the DecodeGroup's)
     _group: SpecGroup | None  # type: ignore[assignment]
@@ -243,9 +227,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def _schedule_fit(self, budget: int) -> tuple[IntArray, IntArray, int] | None:
         """``Scheduler._schedule_fit`` of the group in O(1): each member's ``k`` drafts and
-        bonus token, the step's blocks; else the group ends and the
-        loop is the rows'. ``_before``: the running requests, when each had a token last step
-        (a group forms of them, :meth:`_run_scheduled`)."""
+        bonus token; else the group ends. ``_before``: the running requests, when each had a
+        token last step (a group forms of them, :meth:`_run_scheduled`)."""
         commit = self.commit
         n = self._before = len(self.running) if commit.synced and commit.all_decode else 0
         g, spec = self._group, self.spec
@@ -263,8 +246,8 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         return super()._schedule_fit(budget)
 
     def _step(self) -> Generator[simpy.Event, Any, None]:
-        """``Engine._step``; the group's step as ``_group_iteration`` (returned: a generator
-        fewer), its draft and verify priced from the step models' tables."""
+        """``Engine._step``; the group's step as ``_group_iteration`` (returned), its draft and
+        verify priced from the step models' tables."""
         reserved, gw_waiting = self.hooks.gateway_state()
         rows, new, started, preempted = self._schedule()
         g = self._group
@@ -279,7 +262,7 @@ class SpecSkipAheadEngine(SkipAheadEngine):
 
     def _price(self, g: SpecGroup) -> float | None:
         """The verify seconds of the group's step from the tables (None where they do not
-        serve); its draft's counted (``draft_s``) and added to the step."""
+        serve); its draft's counted and added to the step."""
         spec = self.spec
         assert spec is not None
         context = g.ctx.item(g.step)
@@ -319,13 +302,10 @@ class SpecSkipAheadEngine(SkipAheadEngine):
         assert g is not None and spec is not None
         q = spec.k + 1
         context = g.ctx.item(g.step)  # (n chunks of q tokens)
-        if tail:
-            f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
-                              self.num_output_tokens)
-            return self._step_seconds(StepFeatures(
-                f.num_prefill_tokens + n * q, f.num_decode_seqs, f.num_context_tokens + context,
-                f.prefill_attention + q * context, f.num_prefill_seqs + n)), False
-        # the step's features: step_cost.rows_features of ``n`` chunks of ``q`` tokens
-        return (self._step_seconds(StepFeatures(float(n * q), 0.0, float(context),
-                                                float(q * context), float(n)))
-                if priced_s is None else priced_s + self._step_extra_s), True
+        if priced_s is not None and not tail:
+            return priced_s + self._step_extra_s, True
+        f = tail_features(0, 0, tail, self.num_computed_tokens, self.num_tokens,
+                          self.num_output_tokens)  # (zeros without a tail)
+        return self._step_seconds(StepFeatures(
+            f.num_prefill_tokens + n * q, f.num_decode_seqs, f.num_context_tokens + context,
+            f.prefill_attention + q * context, f.num_prefill_seqs + n)), not tail

@@ -1,7 +1,6 @@
 """What a step does to an engine's requests when it ends, as vLLM v1's
-``Scheduler.update_from_output`` (``vllm/v1/core/sched/scheduler.py``): :class:`StepCommit`
-(by :meth:`~StepCommit.rows`; the speed-up's decode group's by :meth:`~StepCommit.decode_step`,
-the same updates for running requests all decoding followed by the few that start).
+``Scheduler.update_from_output`` (``vllm/v1/core/sched/scheduler.py``): :meth:`StepCommit.rows`
+(a decode group's step: :meth:`~StepCommit.decode_step`, the same updates).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ __all__ = ["CommitTarget", "StepCommit"]
 
 class CommitTarget(SpecRows, Protocol):
     """What of the engine a commit reads and writes (``t``: when the step ended; ``num_steps``:
-    the steps ended so far, this one included)."""
+    those ended, this one included)."""
 
     first_token_s: FloatArray
     finished_s: FloatArray
@@ -38,8 +37,7 @@ class CommitTarget(SpecRows, Protocol):
 
 
 class StepCommit:
-    """Commits an engine's steps and keeps two facts of its running set (``stop_running``: the
-    engine's ``Scheduler._stop_running``, ``on_finish``: its executor's)."""
+    """Commits an engine's steps and keeps two facts of its running set."""
 
     __slots__ = ("_e", "_on_finish", "_stop_running", "all_decode", "synced")
 
@@ -53,17 +51,14 @@ class StepCommit:
         self._e = engine
         self._on_finish = on_finish
         self._stop_running = stop_running
-        # True only while every running request is decoding: one token to compute
-        # (``num_tokens - num_computed_tokens == 1``) and ``num_output_tokens > 0``. A request
-        # that starts clears it, removals keep it, a commit that samples a token of every
-        # running request sets it (each then has exactly one token to compute).
+        # True only while every running request decodes (one token to compute, output > 0):
+        # a start clears it, removals keep it, a commit sampling every running request sets it
         self.all_decode = False
         # every running request got a token in the last committed step (a start clears it)
         self.synced = False
 
     def rows(self, rows: IntArray, new: IntArray, aborted: list[int]) -> None:
-        """Commit a step that scheduled ``new`` tokens for each of ``rows``, from their arrays;
-        requests ``aborted`` during the step are left out."""
+        """Commit a step of ``new`` tokens for each of ``rows``, less those ``aborted``."""
         e = self._e
         if aborted:
             keep = ~np.isin(rows, aborted)
@@ -82,8 +77,6 @@ class StepCommit:
         if sampled.size == 0:
             return
         if self.synced:
-            # ``rows`` are distinct running requests (aborted ones dropped above), so every
-            # running request was sampled: each now has one token to compute, and an output
             self.all_decode = True
         output = e.num_output_tokens[sampled] + 1
         e.num_output_tokens[sampled] = output
@@ -103,11 +96,10 @@ class StepCommit:
 
     def decode_step(self, m: int, tail: list[tuple[int, int]], done: list[int],
                     join: Callable[[int, int, int], None]) -> None:
-        """:meth:`rows` of a step of ``m`` running requests all decoding (or verifying drafts),
-        committed by the caller (``done``: those finished, in running order), then of the few
-        that started (``tail``: row, new tokens), in Python numbers; a tail row with its first
-        token joins (``join``: row, computed, output tokens) while those before it did (or
-        finished). (Decoding requests have cached all their prompt blocks.)"""
+        """:meth:`rows` of a step of ``m`` running requests all decoding (or verifying), committed
+        by the caller (``done``: those finished), then of the few that started (``tail``: row,
+        new tokens), in Python numbers; a tail row with its first token joins (``join``: row,
+        computed, output) while those before it did. (Decoders cached their prompt blocks.)"""
         e = self._e
         if tail and e.kv.prefix is not None:
             rows = np.array([i for i, _ in tail], np.int64)
@@ -135,9 +127,7 @@ class StepCommit:
                     done.append(i)
                 elif joining:
                     join(i, computed_i, output_i)
-            else:
-                # still prefilling: the next step is no decode step of the group (which
-                # dissolves), so the rows after it need not join
+            else:  # still prefilling: the group dissolves next step
                 joining = False
         self.synced = synced = sampled == len(e.running)
         if synced:
@@ -145,8 +135,7 @@ class StepCommit:
         if done:
             self.finish(done)
 
-    def finish(self, finished: list[int]) -> None:
-        """Requests ``finished`` have all their output."""
+    def finish(self, finished: list[int]) -> None:  # they have all their output
         e = self._e
         t = e.t
         self._stop_running(finished)

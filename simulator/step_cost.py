@@ -1,8 +1,6 @@
-"""A scheduled step's features (:class:`~kvbudget.perf.step_features.StepFeatures`), summed from
-the engine's per-request arrays: :func:`rows_features` from the scheduled rows' arrays, and
-:func:`tail_features`, the same sums in Python integers for a step of every running request all
-decoding (their context in all known) followed by the few that start (the ``tail``), and for a
-step of :data:`FEW_ROWS` rows or fewer.
+"""A scheduled step's features (:class:`~kvbudget.perf.step_features.StepFeatures`) from the
+engine's per-request arrays: :func:`rows_features`, and :func:`tail_features`, the same sums in
+Python integers (a decode group's step, and a step of :data:`FEW_ROWS` rows or fewer).
 """
 
 from __future__ import annotations
@@ -16,15 +14,14 @@ from kvbudget.simulator.small_arrays import isum
 __all__ = ["rows_features", "tail_features"]
 
 FEW_ROWS = 16
-"""Up to this many rows :func:`rows_features` sums in Python integers (:func:`tail_features`):
-cheaper than its numpy calls below ~20 rows (``timeit``, docs/performance.md)."""
+"""Up to this many rows :func:`rows_features` sums in Python integers: cheaper than numpy
+below ~20 rows (``timeit``, docs/performance.md)."""
 
 
 def rows_features(rows: IntArray, new: IntArray, num_computed_tokens: IntArray,
                   num_tokens: IntArray, num_output_tokens: IntArray) -> StepFeatures:
-    """The features of a step scheduling ``new`` tokens for each of ``rows``: a row decodes when
-    it gets one token, has output already and has computed all its tokens after the step;
-    the others prefill a chunk."""
+    """The features of a step of ``new`` tokens for each of ``rows``: a row decodes when it gets
+    one token, has output and has computed all its tokens after the step; others prefill."""
     if len(rows) <= FEW_ROWS:
         return tail_features(0, 0, list(zip(rows.tolist(), new.tolist(), strict=True)),
                              num_computed_tokens, num_tokens, num_output_tokens)
