@@ -169,7 +169,9 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         rich_help_panel=_S)], None),
     "overrides": (Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE", help="Override a scenario field (dotted, repeatable), "
-        "e.g. policy_params.overcommit_ratio=0.7.", rich_help_panel=_S)], None),
+        "e.g. engine.max_num_seqs=128, or policy=overcommit with "
+        "policy_params.overcommit_ratio=0.7 (policy_params are the scenario's policy's).",
+        rich_help_panel=_S)], None),
     "gpu": (Annotated[str | None, typer.Option(
         "--gpu", help="GPU preset (kvbudget presets) or a JSON/TOML file of its figures "
         "(docs/fidelity.md); default: the scenario's, H100-80GB in the default one.",

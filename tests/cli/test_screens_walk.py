@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.live import RecordsFormatOpt
 from kvbudget.cli.main import app
-from kvbudget.cli.options import TRACE_OPTIONS
+from kvbudget.cli.options import SCENARIO_OPTIONS, TRACE_OPTIONS
 from kvbudget.results.recording import RECORDING_FORMATS
 from kvbudget.workloads.traces.options import FORMATS
 from tests.conftest import unwrapped
@@ -57,3 +57,43 @@ def test_a_format_the_loader_reads_is_taken_by_simulate(tmp_path: Path) -> None:
                           "--window", "0:10")
     assert code == 2
     assert "splitwise" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_a_policy_parameter_of_another_policy_says_which_policy_takes_it() -> None:
+    """``kvbudget compare --set policy_params.overcommit_ratio=0.7`` (the example --set's help
+    gives) said only "policy 'conservative' has no parameter 'overcommit_ratio'", naming a
+    policy the user never gave: policy_params are the scenario's policy's (conservative in
+    the default one). It now names the field, the policies that take the parameter and how
+    to make one of them the scenario's."""
+    code, stdout, stderr = run("compare", "--policies", "overcommit,preemptive",
+                               "--set", "policy_params.overcommit_ratio=0.7")
+    assert code == 2, stdout
+    said = stderr.strip()
+    assert said.startswith("error: policy_params.overcommit_ratio: "), said
+    assert "the scenario's policy 'conservative' has no such parameter" in said, said
+    assert "a parameter of overcommit, preemptive" in said and "--set policy=NAME" in said, said
+    assert len(stderr.splitlines()) == 1, stderr
+
+
+def test_a_misspelt_policy_parameter_is_named_with_the_one_meant(tmp_path: Path) -> None:
+    """A scenario's ``[policy_params] overcommit_ratoi = 0.5`` said "policy 'overcommit' has
+    no parameter 'overcommit_ratoi'; its parameters: [...]": no field named, no suggestion,
+    where a misspelt engine key gets "did you mean engine.max_num_seqs?"."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('policy = "overcommit"\n[policy_params]\novercommit_ratoi = 0.5\n')
+    code, stdout, stderr = run("simulate", "--scenario", scenario)
+    assert code == 2, stdout
+    assert stderr.strip().startswith(
+        f"error: {scenario}: policy_params.overcommit_ratoi: the scenario's policy 'overcommit' "
+        "has no such parameter (did you mean policy_params.overcommit_ratio?)"), stderr
+
+
+def test_the_set_help_example_runs_under_every_command_that_shows_it() -> None:
+    """--set's help gave ``policy_params.overcommit_ratio=0.7`` as its example, under
+    simulate, compare, sweep, tune, capacity and plan alike; on the default scenario
+    (conservative) ``simulate --set`` and ``compare --set`` with it were refused."""
+    help_text = SCENARIO_OPTIONS["overrides"][0].__metadata__[0].help
+    example = help_text.split("e.g. ", 1)[1].split()[0].rstrip(".,;")
+    code, _, stderr = run("simulate", "--set", example, "--seed", "1",
+                          "--set", "workload.duration_s=5")
+    assert code == 0, stderr
