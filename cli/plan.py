@@ -28,7 +28,7 @@ from kvbudget.cli.study_intervals import (
 )
 from kvbudget.cli.tables import plus_minus, render, short_metric
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import WIDTH, fill
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
     DEFAULT_PRICES,
@@ -217,8 +217,9 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
         setting = say_workload(spec.scenario, varies=["gpu"])
-        typer.echo(f"at most {counted(total, 'run')} ({stored} already in {out}); a configuration "
-                   "stops at its first replica count that meets the SLOs", err=True)
+        typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
+                        "configuration stops at its first replica count that meets the SLOs"),
+                   err=True)
         bar = Bar("plan", total, lines_from=1)
         return setting
 

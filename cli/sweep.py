@@ -186,10 +186,10 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
         nonlocal bar
         # once the options and the stored runs have been checked
         say_workload(plan.scenario, varies=[a.key for a in plan.axes])
-        typer.echo(f"{counted(len(plan.points), 'configuration')} x "
-                   f"{counted(plan.replications, 'replication')} = "
-                   f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to run on "
-                   f"{ex.name})", err=True)
+        typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
+                        f"{counted(plan.replications, 'replication')} = "
+                        f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
+                        f"run on {ex.name})"), err=True)
         bar = Bar("sweep", todo, lines_from=1)
 
     with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:

@@ -13,6 +13,7 @@ from kvbudget.cli.live import RecordsFormatOpt
 from kvbudget.cli.main import app
 from kvbudget.cli.options import SCENARIO_OPTIONS, TRACE_OPTIONS
 from kvbudget.results.recording import RECORDING_FORMATS
+from kvbudget.results.said import WIDTH
 from kvbudget.workloads.traces.options import FORMATS
 from tests.conftest import unwrapped
 
@@ -97,3 +98,24 @@ def test_the_set_help_example_runs_under_every_command_that_shows_it() -> None:
     code, _, stderr = run("simulate", "--set", example, "--seed", "1",
                           "--set", "workload.duration_s=5")
     assert code == 0, stderr
+
+
+def test_the_study_start_lines_fit_the_screen(tmp_path: Path) -> None:
+    """plan's first line, "at most 4 runs (0 already in runs/h100); a configuration stops at
+    its first replica count that meets the SLOs", ran to 109 columns with the README's own
+    --out (more with a longer path), sweep's count line likewise, where every other line is
+    wrapped to the screen's width."""
+    out = tmp_path / "a-longer-folder-for-the-plan-runs"
+    code, _, stderr = run("plan", "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+                               "-j", "1", "--set", "workload.duration_s=5", "--out", out)
+    assert code == 0, stderr
+    start = unwrapped(stderr)
+    assert any(ln.startswith("at most 1 run (0 already in ") for ln in start), stderr
+    code, _, stderr2 = run("sweep", "--policies", "conservative,overcommit", "-r", "1",
+                                "-j", "1", "--no-plot", "--set", "workload.duration_s=5",
+                                "--out", out / "sweep")
+    assert code == 0, stderr2
+    assert any(ln.startswith("2 configurations x 1 replication = 2 runs")
+               for ln in unwrapped(stderr2)), stderr2
+    for line in (stderr + stderr2).splitlines():
+        assert len(line) <= WIDTH or " " not in line.strip(), line
