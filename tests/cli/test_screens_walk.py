@@ -123,3 +123,18 @@ def test_the_study_start_lines_fit_the_screen(tmp_path: Path) -> None:
                for ln in unwrapped(stderr2)), stderr2
     for line in (stdout + stderr + stderr2).splitlines():
         assert len(line) <= WIDTH or " " not in line.strip(), line
+
+
+def test_an_empty_trace_says_what_a_trace_holds(tmp_path: Path) -> None:
+    """An empty trace file was told "is empty", a header alone "has no data rows": the file
+    named, but not what it should hold nor where the formats are."""
+    empty, header = tmp_path / "empty.csv", tmp_path / "header.csv"
+    empty.write_text("")
+    header.write_text("arrival_s,prompt_tokens,output_tokens\n")
+    for path, said in ((empty, "is empty: a trace holds one request a row"),
+                       (header, "has no data rows, only its header: a trace holds one request "
+                        "a row under it")):
+        code, _, stderr = run("simulate", "--trace", path)
+        assert code == 2
+        assert stderr.startswith(f"error: {path}: {said}"), stderr
+        assert "docs/workloads.md" in stderr and len(stderr.splitlines()) == 1, stderr
