@@ -14,8 +14,10 @@ import threading
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-# started as the command (the ``kvbudget`` script, or ``python -m kvbudget.cli.main``)?
-_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget"
+# started as the command (the ``kvbudget`` script, ``python -m kvbudget`` or ``python -m
+# kvbudget.cli.main``)?
+_AS_COMMAND = __name__ == "__main__" or os.path.basename(sys.argv[0]) == "kvbudget" \
+    or sys.argv[0].endswith(os.path.join("kvbudget", "__main__.py"))
 
 
 def _interrupted_at_start(signum: int, frame: Any) -> None:

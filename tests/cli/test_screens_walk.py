@@ -3,19 +3,23 @@ said that was not so, or left out what to do next."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
 
+import kvbudget
 from kvbudget.cli.live import RecordsFormatOpt
 from kvbudget.cli.main import app
 from kvbudget.cli.options import SCENARIO_OPTIONS, TRACE_OPTIONS
 from kvbudget.results.recording import RECORDING_FORMATS
 from kvbudget.results.said import WIDTH
 from kvbudget.workloads.traces.options import FORMATS
-from tests.conftest import unwrapped
+from tests.conftest import REPO, unwrapped
 
 
 def run(*args: object) -> tuple[int, str, str]:
@@ -138,3 +142,18 @@ def test_an_empty_trace_says_what_a_trace_holds(tmp_path: Path) -> None:
         assert code == 2
         assert stderr.startswith(f"error: {path}: {said}"), stderr
         assert "docs/workloads.md" in stderr and len(stderr.splitlines()) == 1, stderr
+
+
+def test_python_dash_m_kvbudget_is_the_command(tmp_path: Path) -> None:
+    """``python -m kvbudget`` (an environment whose scripts folder is not on PATH) said "No
+    module named kvbudget.__main__; 'kvbudget' is a package and cannot be directly executed"."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "kvbudget", "--version"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == f"kvbudget {kvbudget.__version__}\n", done
+    done = subprocess.run([sys.executable, "-m", "kvbudget", "simulate", "--set",
+                           "engine.max_num_seq=3"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("error: engine.max_num_seq: "), done.stderr
