@@ -82,7 +82,8 @@ SeedOpt = Annotated[
                  help="Root seed: replication r uses its r-th child (default: the scenario's)."),
 ]
 PoliciesOpt = Annotated[
-    str | None, typer.Option("--policies", help="Comma-separated policy names.")
+    str | None, typer.Option("--policies", help="Comma-separated policy names (default: the "
+                             "scenario's policy, conservative in the default one).")
 ]
 OBJECTIVE_HELP = ("Metric column to optimise (default: the batch tier's output tokens over "
                   f"first arrival to last finish, {DEFAULT_OBJECTIVE}, the tables' out tok/s).")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from typer.testing import CliRunner
 
 import kvbudget
@@ -157,3 +158,18 @@ def test_python_dash_m_kvbudget_is_the_command(tmp_path: Path) -> None:
                           text=True, timeout=120)
     assert done.returncode == 2, done
     assert done.stderr.startswith("error: engine.max_num_seq: "), done.stderr
+
+
+def test_sweep_and_capacity_say_which_policy_they_run_by_default(tmp_path: Path) -> None:
+    """sweep's and capacity's --policies said only "Comma-separated policy names", where
+    compare's lists its four and plan's says the scenario's: without it they run the
+    scenario's policy (conservative in the default scenario), as the help now says."""
+    for command in ("sweep", "capacity"):
+        code, stdout, _ = run(command, "--help")
+        assert code == 0
+        assert "default: the scenario's policy, conservative in the default one" in " ".join(
+            stdout.split()), stdout
+    code, _, stderr = run("sweep", "-r", "1", "-j", "1", "--no-plot", "--set",
+                          "workload.duration_s=5", "--out", tmp_path / "sw")
+    assert code == 0, stderr
+    assert set(pd.read_parquet(tmp_path / "sw" / "sweep.parquet")["policy"]) == {"conservative"}
