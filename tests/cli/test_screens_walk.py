@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 import kvbudget
@@ -173,3 +174,29 @@ def test_sweep_and_capacity_say_which_policy_they_run_by_default(tmp_path: Path)
                           "workload.duration_s=5", "--out", tmp_path / "sw")
     assert code == 0, stderr
     assert set(pd.read_parquet(tmp_path / "sw" / "sweep.parquet")["policy"]) == {"conservative"}
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("simulate", "--polcy", "overcommit"),
+     "error: No such option: --polcy (Possible options: --policy) (see kvbudget simulate --help)"),
+    (("simulat",), "error: No such command 'simulat'. Did you mean 'simulate'? (see kvbudget "
+     "--help)"),
+    (("simulate", "--users", "-1"), "error: Invalid value for '--users': -1 is not in the range "
+     "x>=1 (see kvbudget simulate --help)"),
+    (("tune", "--out", "x"), "error: Missing option '--param' (see kvbudget tune --help)"),
+    (("trace", "stats", "--bogus", "f.csv"),
+     "error: No such option: --bogus (see kvbudget trace stats --help)"),
+])
+def test_a_mistyped_flag_or_command_is_one_line(args: tuple[str, ...], said: str) -> None:
+    """The README says bad input exits 2 with one line naming the field; a mistyped flag, an
+    unknown command, a value out of range or a missing option printed click's four lines
+    (the usage, a hint, a blank line, "Error: ...")."""
+    code, stdout, stderr = run(*args)
+    assert code == 2, stdout
+    assert stderr == said + "\n", stderr
+
+
+def test_a_group_named_alone_still_shows_its_help() -> None:
+    code, stdout, stderr = run("trace")
+    assert code == 2
+    assert "Inspect, convert, generate and download workload traces." in stdout + stderr
