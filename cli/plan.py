@@ -219,7 +219,7 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
         typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
                         "configuration stops at its first replica count that meets the SLOs"),
                    err=True)
-        bar = Bar("plan", total, lines_from=1)
+        bar = Bar("plan", total, lines_from=1, at_most=True)
         return setting
 
     try:
