@@ -25,7 +25,7 @@ from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
 from kvbudget.workloads.traces import load_trace, save_workload
-from kvbudget.workloads.traces.load import trace_seed
+from kvbudget.workloads.traces.load import detect_format, trace_seed
 from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
@@ -128,7 +128,12 @@ def stats_command(
             if as_json:
                 results.append(stats)
             else:
-                _print_stats(str(file), stats, tier_stats(loaded.workload, timed=report.timed))
+                # the layout the loader read (azure2023, burstgpt_3) under the name --format
+                # takes (azure, burstgpt), which the header line gives
+                family = options.format or detect_format(file, options)
+                _print_stats(str(file), {**stats, "format": f"format {family}" + (
+                    f", its {report.format} layout" if report.format != family else "")},
+                    tier_stats(loaded.workload, timed=report.timed))
         if as_json:
             out = _json_safe(results[0] if len(results) == 1 else results)
             print(json.dumps(out, indent=2, allow_nan=False))

@@ -200,3 +200,17 @@ def test_a_group_named_alone_still_shows_its_help() -> None:
     code, stdout, stderr = run("trace")
     assert code == 2
     assert "Inspect, convert, generate and download workload traces." in stdout + stderr
+
+
+def test_trace_stats_names_the_format_as_format_takes_it(tmp_path: Path) -> None:
+    """``trace stats`` headed an Azure file "(azure2023)", the layout the loader read, which
+    ``--format azure2023`` refuses ("format must be one of azure, ..."): the header now gives
+    the name --format takes, and the layout beside it."""
+    trace = tmp_path / "a.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,4808,10\n"
+                     "2023-11-16 18:17:04.97,4808,10\n")
+    code, stdout, stderr = run("trace", "stats", trace)
+    assert code == 0, stderr
+    assert stdout.splitlines()[0] == f"{trace}  (format azure, its azure2023 layout)", stdout
+    code, _, stderr = run("trace", "stats", "--format", "azure", trace)
+    assert code == 0, stderr
