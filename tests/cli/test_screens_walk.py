@@ -20,6 +20,7 @@ from kvbudget.cli.main import app
 from kvbudget.cli.options import SCENARIO_OPTIONS, TRACE_OPTIONS
 from kvbudget.results.recording import RECORDING_FORMATS
 from kvbudget.results.said import WIDTH
+from kvbudget.workloads.fetch import SOURCES
 from kvbudget.workloads.traces.options import FORMATS
 from tests.conftest import REPO, unwrapped
 
@@ -214,3 +215,16 @@ def test_trace_stats_names_the_format_as_format_takes_it(tmp_path: Path) -> None
     assert stdout.splitlines()[0] == f"{trace}  (format azure, its azure2023 layout)", stdout
     code, _, stderr = run("trace", "stats", "--format", "azure", trace)
     assert code == 0, stderr
+
+
+def test_the_readme_says_where_to_get_each_trace_its_quick_start_reads() -> None:
+    """The Quick start replays ../shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv
+    (the project's shared data folder) without a word on how a newcomer gets the file, which
+    ``kvbudget trace fetch`` downloads: the README now names the fetch for each such trace."""
+    text = (REPO / "README.md").read_text()
+    start = text.index("## Quick start")
+    quick = " ".join(text[start:text.index("\n## ", start + 1)].split())
+    traces = {Path(t).name for t in re.findall(r"--trace (\S+\.(?:csv|jsonl|parquet))", quick)}
+    fetched = {SOURCES[name].filename for name in
+               re.findall(r"`kvbudget trace fetch ([\w-]+)", quick) if name in SOURCES}
+    assert traces and traces <= fetched, (traces, fetched)
