@@ -65,6 +65,9 @@ def _warn(loaded: "LoadedTrace") -> None:
         print(fill(f"assumed: {loaded.report.path}: {said}"), file=sys.stderr)
 
 
+NBSP = "\xa0"
+
+
 def _fmt(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
@@ -72,7 +75,9 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 
 
 def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, Any]]) -> None:
-    print(f"{file}  ({stats['format']})")
+    # the format kept whole (no break inside its parentheses), after a long path on a line of
+    # its own
+    print(fill(f"{file}  ({stats['format'].replace(' ', NBSP)})").replace(NBSP, " "))
     span = stats["span_s"]
     # in the larger unit as a run's first line says it ("over 58.4 min"), not "2.0 s (0.00 h)"
     span_text = ("lengths only" if span is None else f"{span:,.1f} s" + (
