@@ -37,6 +37,7 @@ from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
+from kvbudget.results.recording import RECORDING_FORMATS
 from kvbudget.results.run_result import run_files
 from kvbudget.results.said import fill, setting_lines
 from kvbudget.simulator.scenario import load_scenario
@@ -133,9 +134,8 @@ RecordsOpt = Annotated[Path | None, typer.Option(
     "benchmark_data.db or its run (or sweep) directory, a genai-bench experiment folder, or vLLM's llm_request spans as OTLP "
     "JSON (--otlp-traces-endpoint; docs/recordings.md).")]
 RecordsFormatOpt = Annotated[str | None, typer.Option(
-    "--records-format", help="records, run, vllm-bench, guidellm, aiperf, inference-perf, "
-    "llm-load-test, multi-round-qa, evalscope, genai-bench, otel or llmd-report (detected by default; "
-    "docs/recordings.md).")]
+    "--records-format", help=f"{', '.join(RECORDING_FORMATS[:-1])} or {RECORDING_FORMATS[-1]} "
+    "(detected by default; docs/recordings.md).")]
 ColumnOpt = Annotated[list[str] | None, typer.Option(
     "--column", help="NAME=COLUMN: the records file's column for a canonical name "
     "(arrival_s, prompt_tokens, ..., ttft_s, e2e_s, status, stage), repeatable.")]

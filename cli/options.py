@@ -38,7 +38,7 @@ from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
-from kvbudget.workloads.traces.options import TraceOptions
+from kvbudget.workloads.traces.options import FORMATS, TraceOptions
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
@@ -55,8 +55,8 @@ _S = "Scenario options"
 # name -> (annotation, default); the name is the command function's parameter
 TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
     "format": (Annotated[str | None, typer.Option(
-        "--format", help="azure, burstgpt, mooncake, lengths, servegen or generic "
-        "(default: detected from the header).", rich_help_panel=_T)], None),
+        "--format", help=f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]} (default: detected "
+        "from the header).", rich_help_panel=_T)], None),
     "window": (Annotated[str | None, typer.Option(
         "--window", metavar="START:END", help="Keep requests with START <= t < END seconds on "
         "the trace clock (END may be empty); t is then counted from START.",
@@ -169,7 +169,9 @@ SCENARIO_OPTIONS: dict[str, tuple[Any, Any]] = {
         rich_help_panel=_S)], None),
     "overrides": (Annotated[list[str] | None, typer.Option(
         "--set", metavar="KEY=VALUE", help="Override a scenario field (dotted, repeatable), "
-        "e.g. policy_params.overcommit_ratio=0.7.", rich_help_panel=_S)], None),
+        "e.g. engine.max_num_seqs=128, or policy=overcommit with "
+        "policy_params.overcommit_ratio=0.7 (policy_params are the scenario's policy's).",
+        rich_help_panel=_S)], None),
     "gpu": (Annotated[str | None, typer.Option(
         "--gpu", help="GPU preset (kvbudget presets) or a JSON/TOML file of its figures "
         "(docs/fidelity.md); default: the scenario's, H100-80GB in the default one.",

@@ -1,7 +1,6 @@
 """``kvbudget plan``: the cheapest deployment that meets the SLOs for a workload."""
 
 import math
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +27,7 @@ from kvbudget.cli.study_intervals import (
 )
 from kvbudget.cli.tables import plus_minus, render, short_metric
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.results.said import WIDTH
+from kvbudget.results.said import fill
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
     DEFAULT_PRICES,
@@ -144,8 +143,8 @@ def plan_cmd(
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
-        typer.echo(textwrap.fill(f"note: {note}", WIDTH, subsequent_indent="  "))
-    typer.echo("wrote " + ", ".join(str(p) for p in written))
+        typer.echo(fill(f"note: {note}"))
+    typer.echo(fill("wrote " + ", ".join(str(p) for p in written)))
     if not any(c.replicas is not None for c in result.candidates):
         raise fail("no configuration met the SLOs: " + ", ".join(str(s) for s in spec.slos), 1)
 
@@ -217,9 +216,10 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
         setting = say_workload(spec.scenario, varies=["gpu"])
-        typer.echo(f"at most {counted(total, 'run')} ({stored} already in {out}); a configuration "
-                   "stops at its first replica count that meets the SLOs", err=True)
-        bar = Bar("plan", total, lines_from=1)
+        typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
+                        "configuration stops at its first replica count that meets the SLOs"),
+                   err=True)
+        bar = Bar("plan", total, lines_from=1, at_most=True)
         return setting
 
     try:
@@ -309,8 +309,8 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
               f"GPU type's cheapest feasible one; --top N for more, all in plan.csv)"]
              if len(rows) < num_all else [])
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
-                      *(textwrap.fill(x, WIDTH, subsequent_indent="  ")
-                        for x in [*shown, price_note(spec), note, *_interval_notes(result)])])
+                      *(fill(x) for x in [*shown, price_note(spec), note,
+                                          *_interval_notes(result)])])
 
 
 def _per_m_label(row: Mapping[Any, Any]) -> str:

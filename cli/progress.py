@@ -29,13 +29,15 @@ class Bar:
 
     ``lines_from``: where stderr is not a terminal, write a progress line every ``every_s``
     seconds of ``clock`` (:data:`LINE_EVERY_S` if None) once the total is at least this (None:
-    never). ``stream`` is where the lines go (stderr by default)."""
+    never). ``stream`` is where the lines go (stderr by default). ``at_most``: the total is an
+    upper bound (the work may stop before it), and the lines say "at most"."""
 
     def __init__(self, desc: str, total: int | None, unit: str = "run", *,
                  lines_from: int | None = None, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 every_s: float | None = None) -> None:
+                 every_s: float | None = None, at_most: bool = False) -> None:
         self._bar: Any = None
+        self._at_most = at_most  # the total is a bound (a plan stops at the SLOs): lines say so
         self._desc = desc
         self._total = total
         self._unit = unit
@@ -80,10 +82,12 @@ class Bar:
         self._next_line_s = now + self._every_s
         total = max(self._total or 0, self._done)
         elapsed = now - self._line_start_s
-        line = (f"{self._desc}: {self._done:,}/{total:,} {self._unit}s "
+        bound = "at most " if self._at_most and self._done < total else ""
+        of = f" of {bound}" if bound else "/"
+        line = (f"{self._desc}: {self._done:,}{of}{total:,} {self._unit}s "
                 f"({100 * self._done / total if total else 100:.0f} %), {elapsed:.0f} s")
         if 0 < self._done < total:
-            line += f", about {elapsed * (total - self._done) / self._done:.0f} s left"
+            line += f", {bound}about {elapsed * (total - self._done) / self._done:.0f} s left"
         print(line, file=self._stream or sys.stderr, flush=True)
 
     def set_total(self, total: int) -> None:

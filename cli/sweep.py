@@ -82,7 +82,8 @@ SeedOpt = Annotated[
                  help="Root seed: replication r uses its r-th child (default: the scenario's)."),
 ]
 PoliciesOpt = Annotated[
-    str | None, typer.Option("--policies", help="Comma-separated policy names.")
+    str | None, typer.Option("--policies", help="Comma-separated policy names (default: the "
+                             "scenario's policy, conservative in the default one).")
 ]
 OBJECTIVE_HELP = ("Metric column to optimise (default: the batch tier's output tokens over "
                   f"first arrival to last finish, {DEFAULT_OBJECTIVE}, the tables' out tok/s).")
@@ -186,10 +187,10 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
         nonlocal bar
         # once the options and the stored runs have been checked
         say_workload(plan.scenario, varies=[a.key for a in plan.axes])
-        typer.echo(f"{counted(len(plan.points), 'configuration')} x "
-                   f"{counted(plan.replications, 'replication')} = "
-                   f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to run on "
-                   f"{ex.name})", err=True)
+        typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
+                        f"{counted(plan.replications, 'replication')} = "
+                        f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
+                        f"run on {ex.name})"), err=True)
         bar = Bar("sweep", todo, lines_from=1)
 
     with _interrupts(f"finished runs are kept in {out}; rerun with --resume"), ex:

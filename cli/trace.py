@@ -25,7 +25,7 @@ from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
 from kvbudget.workloads.traces import load_trace, save_workload
-from kvbudget.workloads.traces.load import trace_seed
+from kvbudget.workloads.traces.load import detect_format, trace_seed
 from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
@@ -65,6 +65,9 @@ def _warn(loaded: "LoadedTrace") -> None:
         print(fill(f"assumed: {loaded.report.path}: {said}"), file=sys.stderr)
 
 
+NBSP = "\xa0"
+
+
 def _fmt(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
@@ -72,7 +75,9 @@ def _fmt(value: float | None, digits: int = 0) -> str:
 
 
 def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, Any]]) -> None:
-    print(f"{file}  ({stats['format']})")
+    # the format kept whole (no break inside its parentheses), after a long path on a line of
+    # its own
+    print(fill(f"{file}  ({stats['format'].replace(' ', NBSP)})").replace(NBSP, " "))
     span = stats["span_s"]
     # in the larger unit as a run's first line says it ("over 58.4 min"), not "2.0 s (0.00 h)"
     span_text = ("lengths only" if span is None else f"{span:,.1f} s" + (
@@ -128,7 +133,12 @@ def stats_command(
             if as_json:
                 results.append(stats)
             else:
-                _print_stats(str(file), stats, tier_stats(loaded.workload, timed=report.timed))
+                # the layout the loader read (azure2023, burstgpt_3) under the name --format
+                # takes (azure, burstgpt), which the header line gives
+                family = options.format or detect_format(file, options)
+                _print_stats(str(file), {**stats, "format": f"format {family}" + (
+                    f", its {report.format} layout" if report.format != family else "")},
+                    tier_stats(loaded.workload, timed=report.timed))
         if as_json:
             out = _json_safe(results[0] if len(results) == 1 else results)
             print(json.dumps(out, indent=2, allow_nan=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +45,22 @@ def policy_parameters(name: str) -> dict[str, Any]:
     }
 
 
+def parameter_hint(name: str, key: str, prefix: str = "", choose: str = "") -> str:
+    """What to do about the parameter ``key`` that policy ``name`` does not take: its own
+    parameter closest to it (``prefix`` before the name: ``policy_params.``), else the
+    policies that take it (and ``choose``, how to choose one of them); with its parameters."""
+    known = sorted(policy_parameters(name))
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    owners = [n for n in POLICIES if key in policy_parameters(n)]
+    mine = f"its parameters: {', '.join(known) or 'none'}"
+    if close:
+        return f" (did you mean {prefix}{close[0]}?); {mine}"
+    if owners:
+        listed = owners[0] if len(owners) == 1 else f"{', '.join(owners[:-1])} and {owners[-1]}"
+        return f" ({mine}); {key} is a parameter of {listed}{choose}"
+    return f"; {mine}"
+
+
 def make_policy(name: str, params: Mapping[str, Any] | None = None) -> BasePolicy:
     """A fresh policy instance (learning policies keep state, so never share one across runs)."""
     cls = _lookup(name)
@@ -51,9 +68,8 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> BasePolic
     known = policy_parameters(name)
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise ValueError(
-            f"policy {name!r} has no parameter {unknown[0]!r}; its parameters: {sorted(known)}"
-        )
+        raise ValueError(f"policy {name!r} has no parameter {unknown[0]!r}"
+                         f"{parameter_hint(name, unknown[0])}")
     for key, value in params.items():  # ``true`` for a number: isinstance(True, int) holds
         default = known[key]
         if isinstance(value, bool) and isinstance(default, int | float) \

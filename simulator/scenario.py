@@ -92,6 +92,7 @@ from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.registry import POLICIES, parameter_hint, policy_parameters
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.disagg_config import disagg_from_tables
@@ -782,6 +783,24 @@ def _check_no_double(overrides: Sequence[str], trace: Path | None, trace_format:
             raise ValueError(f"--set {key}: {given[key]} gives it too: give it once")
 
 
+def _check_policy_params(policy: str, params: Mapping[str, Any]) -> None:
+    """``policy_params`` are the scenario's policy's: a key it does not take is named as the
+    field, with the key meant or the policies that take it and how to choose one."""
+    if policy not in POLICIES:  # make_policy names the policies
+        return
+    known = policy_parameters(policy)
+    for key in sorted(params):
+        if key not in known:
+            raise ValueError(f"policy_params.{key}: the scenario's policy {policy!r} has no such "
+                             "parameter"
+                             + parameter_hint(policy, key, "policy_params.", _CHOOSE_POLICY))
+
+
+_CHOOSE_POLICY = (": make one of them the scenario's policy (--set policy=NAME, simulate's "
+                  "--policy NAME, or policy = \"NAME\" in the file; policy_params are that "
+                  "policy's only)")
+
+
 def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
     source: str | Path | None = None,
@@ -795,6 +814,7 @@ def scenario_from_dict(
         if config.engine.speculative_config is not None:  # its tiers are the run's
             config.engine.speculative_config.resolved(
                 config.seed, {t.name: t.priority for t in config.tiers})
+        _check_policy_params(spec.policy, spec.policy_params)
         scenario.make_policy()
     except ValueError as exc:
         raise ValueError(f"{exc}") from None

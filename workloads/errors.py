@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+NO_REQUESTS = ("is empty: a trace holds one request a row (after a header line where its "
+               "format has one; the formats: docs/workloads.md)")
+"""What an empty trace file is told, with what it should hold."""
+NO_DATA_ROWS = ("has no data rows, only its header: a trace holds one request a row under it "
+                "(docs/workloads.md)")
+"""What a trace file with a header and nothing under it is told."""
+
 
 class TraceError(ValueError):
     """A trace file (or trace option) that cannot be loaded.

@@ -51,7 +51,7 @@ from kvbudget.workloads import lengths as ln
 from kvbudget.workloads.errors import SpecError, TraceError, show
 from kvbudget.workloads.lengths import FactorOfTrue
 from kvbudget.workloads.synthetic import TierTraffic, generate_workload
-from kvbudget.workloads.traces import TraceOptions, load_trace
+from kvbudget.workloads.traces import FORMATS, TraceOptions, load_trace
 from kvbudget.workloads.workload import Workload
 
 DEFAULT_RATE_RPS = 5.5
@@ -566,9 +566,16 @@ class TraceOptionsSpec(_Model):
 class TraceWorkloadSpec(_Model):
     kind: Literal["trace"] = "trace"
     path: str = Field(min_length=1)
-    format: Literal["azure", "burstgpt", "mooncake", "lengths", "servegen", "generic"] | None = (
-        None)
+    format: str | None = None
+    """One of the loader's :data:`~kvbudget.workloads.traces.FORMATS` (None: detected)."""
     options: TraceOptionsSpec = TraceOptionsSpec()
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceWorkloadSpec:
+        if self.format is not None and self.format not in FORMATS:
+            *rest, last = (repr(f) for f in FORMATS)
+            raise SpecError("format", f"must be {', '.join(rest)} or {last}", self.format)
+        return self
 
     def build(self, rng: np.random.Generator, base_dir: Path | None = None) -> Workload:
         options = self.options.build(self.format, base_dir)

@@ -114,3 +114,20 @@ def test_every_study_not_at_a_terminal_writes_progress_lines(
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.stderr
     assert re.search(rf"^{command}: \d+/\d+ runs \(\d+ %\), \d+ s", res.stderr, re.M), res.stderr
+
+
+def test_a_bound_on_the_runs_is_said_as_one() -> None:
+    """plan's progress read "plan: 30/216 runs (14 %), 103 s, about 641 s left" and then was
+    done at 36 runs: 216 is at most what it runs (a configuration stops at its first replica
+    count that meets the SLOs), and so is the time left."""
+    out = io.StringIO()
+    ticks = clock([0.0, 31.0, 62.0])
+    bar = Bar("plan", 216, lines_from=1, stream=out, clock=lambda: next(ticks), every_s=30.0,
+              at_most=True)
+    bar.update(30)
+    bar.set_total(36)
+    bar.update(6)
+    assert out.getvalue().splitlines() == [
+        "plan: 30 of at most 216 runs (14 %), 31 s, at most about 192 s left",
+        "plan: 36/36 runs (100 %), 62 s",
+    ]

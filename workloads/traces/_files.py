@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import NO_REQUESTS, TraceError
 
 _PEEK = 1 << 16
 SERVEGEN_CHUNK = re.compile(r"chunk-(\d+)-(trace\.csv|dataset\.json)$")
@@ -75,7 +75,7 @@ def file_facts(path: Path) -> FileFacts:
     check_readable(path)
     size = path.stat().st_size
     if size == 0:
-        raise TraceError(path, "is empty")
+        raise TraceError(path, NO_REQUESTS)
     with path.open("rb") as fh:
         head = fh.read(_PEEK)
         fh.seek(max(0, size - _PEEK))

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from kvbudget.policies.tiers import MAX_LIMIT_S
 from kvbudget.workloads.arrivals import PoissonArrivals
 from kvbudget.workloads.counted import counted
-from kvbudget.workloads.errors import SpecError, TraceError
+from kvbudget.workloads.errors import NO_DATA_ROWS, SpecError, TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS, empirical_quantile
 from kvbudget.workloads.traces.options import (
     ARRIVAL_UNITS,
@@ -568,7 +568,7 @@ def finish(raw: RawTrace, options: TraceOptions, streams: Streams) -> LoadedTrac
     """Validate and transform a loader's columns into the workload and its report."""
     n_parsed = len(raw.prompt)
     if n_parsed == 0 and not raw.dropped:
-        raise TraceError(raw.path, "has no data rows")
+        raise TraceError(raw.path, NO_DATA_ROWS)
     raw = _validate(raw)
     keep = _drop_failed(raw)
     _check_relations(raw, keep)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import NO_REQUESTS, TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import categorical, read_csv_columns, split_header
 from kvbudget.workloads.traces._files import FileFacts, file_facts, line_of_row
@@ -614,7 +614,7 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
     if not path.exists():
         raise TraceError(path, "no such file")
     if path.stat().st_size == 0:
-        raise TraceError(path, "is empty")
+        raise TraceError(path, NO_REQUESTS)
     unreadable = (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError)
     try:
         schema = pq.read_schema(path)

@@ -202,7 +202,7 @@ def test_time_must_not_go_backwards() -> None:
         ("overcommit", {"overcommit_ratio": 0}, "(0, 1]"),
         ("overcommit", {"ratio": 0.5}, "no parameter 'ratio'"),
         # a policy without an __init__ of its own: no parameters (not object's *args, **kwargs)
-        ("unlimited", {"args": 1}, "no parameter 'args'; its parameters: []"),
+        ("unlimited", {"args": 1}, "no parameter 'args'; its parameters: none"),
         ("preemptive", {"mode": "kill"}, "'kill'"),
     ],
 )

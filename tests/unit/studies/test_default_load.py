@@ -71,3 +71,24 @@ def test_readme_quotes_the_drawn_requests_and_the_offered_rate() -> None:
     assert float(m.group(2)) == pytest.approx(window, abs=0.5)
     rate = offered_rate_rps({"offered_window_s": window, "overall": {"offered": len(workload)}})
     assert float(m.group(3)) == pytest.approx(rate, abs=0.05)
+
+
+def test_make_demo_says_the_load_against_the_capacity(conservative_capacity_rps: float) -> None:
+    """``make demo``'s first line said only "simulating the default scenario under four
+    admission policies": not the load, nor that it is a little past what the conservative
+    policy sustains, which is why the policies differ on the screen that follows."""
+    makefile = (README.parent / "Makefile").read_text()
+    demo = makefile[makefile.index("\ndemo:"):]
+    said = " ".join(" ".join(re.findall(r'@echo "([^"]*)"', demo[:demo.index("\n\n")])).split())
+    m = re.search(r"(\d+) minutes of ([\d.]+) % interactive, ([\d.]+) % batch requests at "
+                  r"([\d.]+) req/s, about ([\d.]+)x what the conservative policy sustains at "
+                  r"90 % SLO attainment", said)
+    assert m, said
+    spec = default_scenario().spec.workload
+    assert float(m.group(4)) == DEFAULT_RATE_RPS
+    ratio = DEFAULT_RATE_RPS / conservative_capacity_rps
+    assert abs(float(m.group(5)) - ratio) <= README_TOLERANCE * ratio
+    assert int(m.group(1)) * 60 == spec["duration_s"], spec
+    shares = {t["name"]: t["share"] for t in spec["tiers"]}
+    assert float(m.group(2)) == pytest.approx(100 * shares["interactive"]), shares
+    assert float(m.group(3)) == pytest.approx(100 * shares["batch"]), shares

@@ -110,8 +110,8 @@ def test_module_docstring_examples_parse(tmp_path: Path) -> None:
     ({"kind": "trace", "path": "x.csv", "options": {"window": [10, 5]}},
      "workload.options.window end_s must be > start_s=10, got 5"),
     ({"kind": "trace", "path": "x.csv", "format": "csv"},
-     "workload.format must be 'azure', 'burstgpt', 'mooncake', 'lengths', 'servegen' or "
-     "'generic', got 'csv'"),
+     "workload.format must be 'azure', 'burstgpt', 'mooncake', 'lengths', 'splitwise', "
+     "'servegen' or 'generic', got 'csv'"),
     ({"kind": "trace"}, "workload.path is required"),
     ({}, "workload.kind is required"),
 ])
