@@ -41,6 +41,20 @@ THROUGHPUT_SAID = ("output_tokens_per_s: completed output tokens over the time t
 
 COMPARISON_COLUMNS = ("metric", "simulated", "measured", "rel_error")
 
+COUNT_METRICS = frozenset({"completed", "preemptions", "rejections"})
+"""The compared metrics that count requests or events: kept as floats in the table (a NaN
+where one side has none) but shown whole."""
+
+
+def shown_value(metric: str, value: Any) -> Any:
+    """A comparison table's cell as the terminal shows it: a count (:data:`COUNT_METRICS`) as
+    an int (``150``, not the ``150.0`` a float of 100 or more prints as), anything else as it
+    is."""
+    if metric in COUNT_METRICS and isinstance(value, float | np.floating) and \
+            math.isfinite(float(value)) and float(value).is_integer():
+        return int(value)
+    return value
+
 
 def add_frontend_overhead(records: pd.DataFrame, overhead_s: float) -> pd.DataFrame:
     """Simulated records as a client would see them: first token and finish later by the API

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
 from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
@@ -29,6 +29,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
+from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said
@@ -242,8 +243,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
              **{k: v for k, v in (engine or {}).items() if v is not None}}
     given.update({k: True for k in _ENGINE_KEYS if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
-    refused = dp_attention_refusal(cfg, given)
-    if refused is not None:
+    if (refused := dp_attention_refusal(cfg, given)) is not None:
         raise CliError(f"{recording.path}: {refused}")
     choice = engine_choice(cfg, given, overrides or [])
     recorded = _recorded_engine(cfg, given) + [
@@ -292,7 +292,17 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else "")), err=True)
     _warn_sliding(recording, config)
-    return RecordedSetup(recording, config, name, values, seed, policy_given=policy is not None)
+    return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
+                         policy_given=policy is not None)
+
+
+def _for_engine(recording: "Recording", config: "SimConfig") -> "Recording":
+    """The recording with the notes of reading it that hold for the simulated engine (a
+    pre-0.14 vllm bench serve run's async scheduling note only where vLLM's engine schedules
+    asynchronously: :func:`~kvbudget.results.recorded_vllm_bench_client.notes_for_engine`)."""
+    e = config.engine_for()
+    return replace(recording, notes=notes_for_engine(recording.notes, e.name,
+                                                     bool(e.async_scheduling)))
 
 
 SERVER_TIMED_SAID = (
@@ -588,8 +598,10 @@ def _interval(low: Any, high: Any) -> str:
 def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
     sub = table[table["stage"] == stage]
     lo, hi = INTERVAL_COLUMNS
-    return [[r["metric"], r["simulated"], *([_interval(r[lo], r[hi])] if lo in r else []),
-             r["measured"], _pct(r["rel_error"])] for r in sub.to_dict(orient="records")]
+    return [[r["metric"], shown_value(r["metric"], r["simulated"]),
+             *([_interval(r[lo], r[hi])] if lo in r else []),
+             shown_value(r["metric"], r["measured"]), _pct(r["rel_error"])]
+            for r in sub.to_dict(orient="records")]
 
 
 def print_comparison(table: Any, title: str) -> None:

@@ -21,7 +21,7 @@ Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI s
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,10 @@ ASYNC_FLAG_DATE = "20250623"
 """PR #19970 ("Implement Async Scheduling", opened 23 June 2025): no run before it could."""
 
 
+ASYNC_NOTE_SAID = "before vLLM 0.14.0 (January 2026) turned async scheduling on by default"
+"""The words that mark :func:`async_scheduling_note` among a recording's notes."""
+
+
 def async_scheduling_note(doc: Mapping[str, Any], tool: str) -> str | None:
     """A vLLM client's result dated (``%Y%m%d-%H%M%S``) before vLLM scheduled asynchronously by
     default: if its server was vLLM, that server scheduled each step after the last (before
@@ -198,7 +202,17 @@ def async_scheduling_note(doc: Mapping[str, Any], tool: str) -> str | None:
     could = ("vLLM had no async scheduling then (--async-scheduling came in June 2025, PR "
              "#19970)" if date[:8] < ASYNC_FLAG_DATE else
              "async scheduling was off unless it ran with --async-scheduling")
-    return (f"the run is dated {day}, before vLLM 0.14.0 (January 2026) turned async scheduling "
-            f"on by default: if its server was vLLM, {could}; the simulated vllm engine "
-            "schedules asynchronously (vLLM 0.32's default) unless --set "
-            "engine.async_scheduling=false")
+    return (f"the run is dated {day}, {ASYNC_NOTE_SAID}: if its server was vLLM, {could}; "
+            "the simulated vllm engine schedules asynchronously (vLLM 0.32's default) unless "
+            "--set engine.async_scheduling=false")
+
+
+def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) -> tuple[str, ...]:
+    """A recording's notes that hold for the simulated ``engine``: :func:`async_scheduling_note`
+    only where the engine is vLLM's (``vllm``, ``vllm-swap``) and schedules asynchronously, as
+    the note says it does; SGLang's and TensorRT-LLM's engines overlap their steps by their own
+    schedulers' defaults and take no vLLM flag, and a vLLM engine already run without async
+    scheduling has nothing to be told."""
+    if engine.startswith("vllm") and async_scheduling:
+        return tuple(notes)
+    return tuple(n for n in notes if ASYNC_NOTE_SAID not in n)

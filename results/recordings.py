@@ -73,6 +73,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvbudget.results.recorded_aggregates import aggregate_object_refusal, aggregate_table_refusal
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
@@ -192,6 +193,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         if hit:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
+        aggregates = aggregate_object_refusal(doc)
+        if aggregates:
+            raise TraceError(path, aggregates)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
         raise TraceError(path, f"cannot tell the recording format ({kind} of none of the "
                          "known tools nor a record of the generic format); pass a format "
@@ -287,9 +291,20 @@ def read_recording(path: str | Path, *, format: str | None = None,
 
         return read_run_dir(path, default_tier)
     if fmt == "records":
-
+        if not columns and path.suffix.lower() == ".csv":
+            _refuse_aggregate_table(path)
         return read_records(path, columns or {}, default_tier, max_output)
     return _read_tool_file(path, fmt, default_tier, seed, max_output)
+
+
+def _refuse_aggregate_table(path: Path) -> None:
+    """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's)
+    in one line, before the generic format misses its first column."""
+    with path.open("rb") as fh:
+        first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
+    aggregates = aggregate_table_refusal(first.strip().split(","))
+    if aggregates:
+        raise TraceError(path, aggregates, line=1)
 
 
 def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,

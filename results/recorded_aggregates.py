@@ -1,0 +1,67 @@
+"""Files of aggregate figures from a tool kvbudget does not know: said as such, in one line.
+
+A load tool's own summary (vLLM's, AIPerf's, LLMPerf's...) is refused by name
+(:mod:`kvbudget.results.recorded_summaries`). Anything else that holds a run's figures and no
+request, a JSON object of ``mean_ttft_ms``, ``p99_e2e_ms`` and ``throughput`` or a CSV of one row
+a run (``concurrency, throughput, mean_ttft_ms, p99_ttft_ms``), was refused as a file of no
+known format ("pass a format ...") or as a records file without ``prompt_tokens``: neither
+said that the file holds no request at all, nor what kvbudget needs instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+STAT_WORDS = frozenset({"mean", "avg", "average", "median", "std", "stdev", "stddev",
+                        "throughput", "tput", "percentile", "percentiles", "qps", "rps"})
+"""Words of a key or column that name a statistic over requests, not one request's figure
+(with ``p50``, ``p99``, ``p999`` and their kin: :func:`_is_stat`)."""
+
+PER_REQUEST_COLUMNS = frozenset({"arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
+                                 "e2e_s"})
+"""The generic records format's columns (docs/recordings.md): a header with any of them is a
+per-request table, whatever else it holds."""
+
+NEEDED = ("not per-request records: kvbudget replays each request (its send time, prompt and "
+          "output tokens, TTFT and E2E); pass a load tool's per-request file (docs/"
+          "recordings.md lists them: vllm bench serve --save-detailed, a GuideLLM report, "
+          "AIPerf's profile_export.jsonl, ...) or the generic records format (arrival_s, "
+          "prompt_tokens, output_tokens, ttft_s, e2e_s)")
+
+
+def _is_stat(name: str) -> bool:
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    return any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
+
+
+def _said(names: Iterable[str]) -> str:
+    shown = list(names)
+    return ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
+
+
+def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
+    """Why a JSON object of no known tool holds no request: two or more of its keys (or of the
+    keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``) name statistics and
+    none of its values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
+    if any(isinstance(v, list) and len(v) > 1 for v in doc.values()):
+        return None
+    stats = [str(k) for k in doc if _is_stat(str(k))]
+    stats += [f"{k}.{sub}" for k, v in doc.items() if isinstance(v, Mapping)
+              for sub in v if _is_stat(str(sub))]
+    if len(stats) < 2:
+        return None
+    return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
+
+
+def aggregate_table_refusal(header: Iterable[str]) -> str | None:
+    """Why a CSV with ``header`` holds no request: two or more of its columns name statistics
+    and none is a column of the generic records format; else None."""
+    names = [h.strip() for h in header]
+    if PER_REQUEST_COLUMNS & {n.lower() for n in names}:
+        return None
+    stats = [n for n in names if _is_stat(n)]
+    if len(stats) < 2:
+        return None
+    return f"holds aggregate figures, one row a run or a metric ({_said(stats)}), {NEEDED}"

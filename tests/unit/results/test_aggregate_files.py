@@ -1,0 +1,75 @@
+"""Files of a run's aggregate figures from a tool kvbudget does not know are refused as such.
+
+A JSON object of ``mean_ttft_ms`` / ``p99_ttft_ms`` / throughput keys was refused with "cannot
+tell the recording format ...; pass a format (records, run, vllm-bench, ...)", as if a format
+flag would read it; a CSV of one row a run (``concurrency, throughput, mean_ttft_ms, ...``)
+with "missing column 'prompt_tokens' needed by the generic format". Neither said that the file
+holds no request, nor what kvbudget needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbudget.results.recordings import read_recording
+from kvbudget.workloads.errors import TraceError
+
+NEEDS = "not per-request records: kvbudget replays each request"
+
+
+@pytest.mark.parametrize("doc", [
+    {"model": "llama", "concurrency": 8, "mean_ttft_ms": 45.2, "p99_ttft_ms": 120.1,
+     "throughput_tok_s": 1500.2, "num_requests": 500},
+    {"ttft": {"mean": 0.045, "p50": 0.04, "p99": 0.12}, "num_requests": 500},
+])
+def test_a_json_object_of_aggregates_is_said_to_be_one(tmp_path: Path, doc: dict) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert "holds aggregate figures (" in said and NEEDS in said
+    assert "docs/recordings.md" in said and "pass a format" not in said
+
+
+def test_a_csv_of_aggregate_rows_is_said_to_be_one(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.csv"
+    path.write_text("concurrency,throughput,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms\n"
+                    "1,100.2,40.1,39.0,60.2\n8,700.5,55.3,50.1,120.0\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert "holds aggregate figures, one row a run or a metric (throughput, mean_ttft_ms" in said
+    assert NEEDS in said and "prompt_tokens" in said and "missing column" not in said
+
+
+@pytest.mark.parametrize("doc", [
+    {"name": "x", "mean_ttft_ms": 1.0, "p99_ttft_ms": 2.0, "samples_ms": [0.1, 0.2]},
+    {"name": "x", "mean_ttft_ms": 1.0, "max_tokens": 256},
+])
+def test_other_unknown_json_keeps_its_refusal(tmp_path: Path, doc: dict) -> None:
+    # per-request lists beside the figures, or a single statistic: not said to be aggregates
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="cannot tell the recording format"):
+        read_recording(path)
+
+
+def test_a_per_request_csv_missing_a_column_keeps_its_refusal(tmp_path: Path) -> None:
+    path = tmp_path / "records.csv"
+    path.write_text("arrival_s,output_tokens,ttft_s,e2e_s,mean_itl_s,p99_itl_s\n"
+                    "0.0,30,0.03,0.25,0.007,0.009\n")
+    with pytest.raises(TraceError, match="missing column 'prompt_tokens'"):
+        read_recording(path)
+
+
+def test_a_column_mapping_reads_the_file_as_the_user_named_it(tmp_path: Path) -> None:
+    path = tmp_path / "records.csv"
+    path.write_text("start,p_in,n_out,ttft_mean,e2e_mean\n0.0,200,30,0.03,0.25\n"
+                    "0.1,200,30,0.03,0.25\n")
+    rec = read_recording(path, columns={"arrival_s": "start", "prompt_tokens": "p_in",
+                                        "output_tokens": "n_out", "ttft_s": "ttft_mean",
+                                        "e2e_s": "e2e_mean"})
+    assert len(rec) == 2
