@@ -4,6 +4,7 @@ precision shown. A failure says what the sentence should read."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -303,3 +304,23 @@ def test_the_analysis_docs_size_the_token_gaps_as_a_run_writes_them(tmp_path: Pa
              f"{(out / 'token_gaps.parquet').stat().st_size / 1e6:.1f}",
              f"{(out / 'requests.parquet').stat().st_size / 1e6:.1f}")
     assert quoted.groups() == shown, f"should read: {shown}"
+
+
+def test_the_docs_count_the_identity_checks_cases_as_the_script_has_them() -> None:
+    """docs/clients.md said a run without clients left "the 26 reference cases of the
+    byte-identity check" unchanged, while ``scripts/engine_identity.py`` has 50: a reader who
+    ran it found twice as many. A count of its cases the docs state in the present is the
+    script's (docs/performance.md is a dated log: each entry's count is that day's)."""
+    spec = importlib.util.spec_from_file_location(
+        "engine_identity", REPO / "scripts" / "engine_identity.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    num_cases = len(script.cases())
+    quoted = re.search(r"`scripts/engine_identity\.py`, (\d+) now", flat("clients.md"))
+    assert quoted, "docs/clients.md no longer says how many cases the identity check has"
+    assert int(quoted.group(1)) == num_cases, f"should read: {num_cases} now"
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        if doc.name != "performance.md":
+            stale = re.findall(r"\b(\d+) reference cases", flat(doc.name))
+            assert all(int(n) == num_cases for n in stale), (doc.name, stale, num_cases)
