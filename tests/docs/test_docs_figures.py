@@ -4,6 +4,7 @@ precision shown. A failure says what the sentence should read."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import subprocess
@@ -324,3 +325,19 @@ def test_the_docs_count_the_identity_checks_cases_as_the_script_has_them() -> No
         if doc.name != "performance.md":
             stale = re.findall(r"\b(\d+) reference cases", flat(doc.name))
             assert all(int(n) == num_cases for n in stale), (doc.name, stale, num_cases)
+
+
+def test_the_live_docs_say_the_burst_the_live_test_sends() -> None:
+    """docs/live.md said the live test's burst was "12 requests of 128 prompt and 384 output
+    tokens"; the test sends 128 + 256 (384 in all, 3 blocks of 128). The sentence is the call's
+    arguments, read from the test itself."""
+    source = (REPO / "tests" / "live" / "test_live_vllm.py").read_text()
+    test = next(node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+                and node.name == "test_conservative_never_preempts_overcommit_does")
+    call = next(node for node in ast.walk(test) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "burst_trace")
+    n, prompt, output = (ast.literal_eval(a) for a in call.args[1:4])
+    blocks = -(-(prompt + output) // 128)
+    should = (f"{n} requests of {prompt} prompt and {output} output tokens ({blocks} blocks "
+              f"each, against 9 usable)")
+    assert should in flat("live.md"), should
