@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.workloads.spec import FixedCapSpec, TierSpec
 from kvbudget.workloads.traces import load_trace
 from tests.conftest import SHARED
 
@@ -341,3 +343,16 @@ def test_the_live_docs_say_the_burst_the_live_test_sends() -> None:
     should = (f"{n} requests of {prompt} prompt and {output} output tokens ({blocks} blocks "
               f"each, against 9 usable)")
     assert should in flat("live.md"), should
+
+
+def test_the_workloads_docs_give_the_fixed_caps_default_where_it_is() -> None:
+    """docs/workloads.md's table gave the ``fixed`` rule's ``tokens`` a default of 2,048; a
+    scenario's ``max_output = { kind = "fixed" }`` is refused ("max_output.tokens is
+    required"): 2,048 is what a tier declares when it gives no ``max_output`` at all."""
+    with pytest.raises(ValidationError, match="tokens"):
+        FixedCapSpec.model_validate({"kind": "fixed"})
+    default = TierSpec.model_fields["max_output"].default
+    assert isinstance(default, FixedCapSpec)
+    should = ("every request declares `tokens` (required: `{ kind = \"fixed\" }` alone is "
+              f"refused; a tier without `max_output` declares {default.tokens:,})")
+    assert should in flat("workloads.md"), should
