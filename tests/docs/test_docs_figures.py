@@ -20,7 +20,9 @@ from pydantic import ValidationError
 
 import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
+from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.scenario import scenario_from_dict
 from kvbudget.workloads.spec import FixedCapSpec, TierSpec
 from kvbudget.workloads.traces import load_trace
@@ -356,3 +358,19 @@ def test_the_workloads_docs_give_the_fixed_caps_default_where_it_is() -> None:
     should = ("every request declares `tokens` (required: `{ kind = \"fixed\" }` alone is "
               f"refused; a tier without `max_output` declares {default.tokens:,})")
     assert should in flat("workloads.md"), should
+
+
+def test_autoscaling_servegen_kv_of_a_pair() -> None:
+    """docs/autoscaling.md's ServeGen example: "a pair holds 35,520 tokens of KV, less than one
+    request at the model's 131,072-token context", computed as vLLM sizes it (A100-80GB's
+    defaults, two GPUs)."""
+    model, gpu = get_model("Llama-3.1-70B"), get_gpu("A100-80GB")
+    engine = EngineConfig().resolved(gpu)  # vLLM's defaults on the GPU, as presets take them
+    tokens = num_gpu_blocks(gpu, model, gpu_memory_utilization=engine.memory_utilization,
+                            max_num_seqs=engine.seqs_limit,
+                            max_num_batched_tokens=engine.batched_tokens_limit,
+                            tensor_parallel_size=2) * 16
+    assert tokens < model.max_position_embeddings
+    should = (f"a pair holds {tokens:,} tokens of KV, less than one request at the model's "
+              f"{model.max_position_embeddings:,}-token context")
+    assert should in flat("autoscaling.md"), should
