@@ -5,6 +5,7 @@ precision shown. A failure says what the sentence should read."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import re
 import subprocess
@@ -22,8 +23,8 @@ import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
-from kvbudget.simulator.engine_config import EngineConfig
-from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.simulator.engine_config import ENGINE_NAMES, EngineConfig
+from kvbudget.simulator.scenario import EngineSpec, scenario_from_dict
 from kvbudget.workloads.spec import FixedCapSpec, TierSpec
 from kvbudget.workloads.traces import load_trace
 from tests.conftest import SHARED
@@ -374,3 +375,23 @@ def test_autoscaling_servegen_kv_of_a_pair() -> None:
     should = (f"a pair holds {tokens:,} tokens of KV, less than one request at the model's "
               f"{model.max_position_embeddings:,}-token context")
     assert should in flat("autoscaling.md"), should
+
+
+def test_the_scenario_docs_name_every_engine_knob() -> None:
+    """docs/scenarios.md's ``[engine]`` row never named ``name`` (the engine whose rules are
+    simulated: ``vllm``, ``vllm-swap``, ``tgi``, ``sglang``, ``trtllm``), though the row
+    spoke of "engines ``vllm``, ``vllm-swap``", nor the knobs of the other engines
+    (``preemption_mode``, ``swap_space_gib``, ``schedule_conservativeness``,
+    ``capacity_scheduler_policy``): a scenario author could not find how to pick one. Every
+    field of ``[engine]`` is named there now, with its default where it has one."""
+    doc = (REPO / "docs" / "scenarios.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `[engine]`"))
+    missing = [f.name for f in dataclasses.fields(EngineSpec) if f"`{f.name}`" not in row
+               and f.name != "speculative_config"]  # the [engine.speculative_config] row's
+    assert not missing, f"docs/scenarios.md's [engine] row does not name {missing}"
+    defaults = EngineConfig()
+    for engine in ENGINE_NAMES:
+        assert f"`{engine}`" in row, engine
+    assert f"`{defaults.name}` (the default)" in row
+    assert f"`swap_space_gib`, {defaults.swap_space_gib:g}," in row
+    assert f"`schedule_conservativeness`, {defaults.schedule_conservativeness:.1f})" in row
