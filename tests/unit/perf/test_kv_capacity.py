@@ -107,3 +107,14 @@ def test_a_sliding_window_model_short_of_max_model_len_is_told_at_vllms_bound() 
     assert not sliding_model_short_of_max_model_len(gemma, 257, 16, 4096, 8192)
     assert sliding_model_short_of_max_model_len(gemma, 256, 16, 4096, 8192)
     assert not sliding_model_short_of_max_model_len(get_model("Llama-3.1-8B"), 1, 16, 8192, 2048)
+
+
+def test_a_sliding_window_models_kv_capacity_counts_every_layer() -> None:
+    """docs/models.md and docs/fidelity.md: the capacity counts a sliding-window layer's KV as a
+    full layer's (vLLM's --disable-hybrid-kv-cache-manager), where the step model reads it up
+    to the window: a block of Gemma-2-9B (21 full, 21 sliding layers) holds all 42 layers."""
+    gemma = get_model("Gemma-2-9B")
+    full, sliding = gemma.kv_bytes_per_token_full_and_sliding()
+    assert full and sliding
+    budget = kv_budget(get_gpu("H100-80GB"), gemma)
+    assert budget.block_bytes == 16 * (full + sliding) == 16 * gemma.kv_bytes_per_token()
