@@ -23,6 +23,7 @@ import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
+from kvbudget.results.said import context_cut
 from kvbudget.simulator.engine_config import ENGINE_NAMES, EngineConfig
 from kvbudget.simulator.scenario import EngineSpec, scenario_from_dict
 from kvbudget.workloads.spec import FixedCapSpec, TierSpec
@@ -395,3 +396,12 @@ def test_the_scenario_docs_name_every_engine_knob() -> None:
     assert f"`{defaults.name}` (the default)" in row
     assert f"`swap_space_gib`, {defaults.swap_space_gib:g}," in row
     assert f"`schedule_conservativeness`, {defaults.schedule_conservativeness:.1f})" in row
+
+
+def test_the_live_docs_quote_the_context_cut_line_as_it_is_written() -> None:
+    """docs/live.md quoted the replay's line as "cut the output of 1 requests at the context
+    left"; the line counts its noun (``results.said.context_cut``: "1 request"). The quote is
+    the function's line, its tail elided."""
+    line = context_cut("max_model_len 1,024 (the server's)", 1)
+    head = line.split(": ", 1)[0]
+    assert f"`{head}: ...`" in flat("live.md"), head
