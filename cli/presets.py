@@ -7,7 +7,11 @@ import typer
 
 from kvbudget.cli.tables import render, render_fitting
 from kvbudget.perf.hardware import GPU_ALIASES, GPUS
-from kvbudget.perf.kv_capacity import check_holds_max_model_len, num_gpu_blocks
+from kvbudget.perf.kv_capacity import (
+    check_holds_max_model_len,
+    num_gpu_blocks,
+    sliding_model_short_of_max_model_len,
+)
 from kvbudget.perf.models import bundled_models
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.results.said import WIDTH
@@ -66,7 +70,9 @@ def presets_cmd() -> None:
             try:
                 check_holds_max_model_len(m, g, blocks, 16, m.max_position_embeddings,
                                           given=False)
-                row.append(blocks * 16)
+                short = sliding_model_short_of_max_model_len(
+                    m, blocks, 16, m.max_position_embeddings, e.batched_tokens_limit)
+                row.append(f"{blocks * 16:,}!" if short else blocks * 16)
             except ValueError:
                 row.append(f"{blocks * 16:,}*")
         rows.append(row)
@@ -76,7 +82,11 @@ def presets_cmd() -> None:
     typer.echo(textwrap.fill(
         "*: less than one request at the model's context needs: vLLM refuses to start at its "
         "default max_model_len, and so does simulate; give your server's, --set "
-        "engine.max_model_len=N.", WIDTH))
+        "engine.max_model_len=N. !: a model with sliding-window layers (its KV counted here "
+        "for every layer) whose KV memory is short of one request at its context, its "
+        "sliding-window layers holding only their window: vLLM refuses to start there too, "
+        "but simulate does not check these models (docs/fidelity.md); give your server's "
+        "max_model_len.", WIDTH))
 
 
 def _notes(*lines: str) -> None:

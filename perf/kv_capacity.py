@@ -238,6 +238,30 @@ def legacy_num_gpu_blocks(
     return blocks
 
 
+def sliding_model_short_of_max_model_len(
+    model: ModelSpec, num_blocks: int, block_size: int, max_model_len: int,
+    max_num_batched_tokens: int, *, tensor_parallel_size: int = 1,
+) -> bool:
+    """Whether a model with sliding-window layers, which :func:`check_holds_max_model_len`
+    does not check, cannot hold one request of ``max_model_len`` tokens even so: the KV memory
+    of ``num_blocks`` (counted here for every layer) is less than vLLM's
+    ``check_enough_kv_cache_memory`` needs, each layer's ``max_memory_usage_bytes``
+    (vllm/v1/kv_cache_interface.py, 0.32.0): ``cdiv(max_model_len, block_size)`` blocks a
+    full-attention layer, ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
+    block_size) + 1`` a sliding-window one. vLLM refuses to start there. False for a model
+    without sliding-window layers."""
+    if not model.num_sliding_layers or max_model_len <= 0:
+        return False
+    per_block = block_size * model.kv_bytes_per_token_per_layer(tensor_parallel_size)
+    window = model.sliding_window or 0
+    sliding_tokens = min(window - 1 + max_num_batched_tokens, max_model_len)
+    needed = per_block * (
+        model.num_full_attention_layers * -(-max_model_len // block_size)
+        + model.num_sliding_layers * (-(-sliding_tokens // block_size) + 1))
+    held = num_blocks * block_size * model.kv_bytes_per_token(tensor_parallel_size)
+    return held < needed
+
+
 def check_holds_max_model_len(
     model: ModelSpec, gpu: GPUSpec, num_blocks: int, block_size: int, max_model_len: int,
     *, given: bool, tensor_parallel_size: int = 1,

@@ -197,8 +197,11 @@ class SimConfig:
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
         if self.fleet is not None:
-            for gpu in self.fleet.gpus:
-                get_gpu(gpu)
+            for i, gpu in enumerate(self.fleet.gpus):
+                try:
+                    get_gpu(gpu)
+                except ValueError as exc:  # which of the replicas' GPUs, as a pool's is named
+                    raise ValueError(f"fleet.gpus.{i}: {exc}") from None
         if self.disaggregation is not None:
             self.disaggregation.check(self)
 

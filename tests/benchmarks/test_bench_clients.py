@@ -42,6 +42,14 @@ def test_the_docs_table_is_what_the_benchmark_gives(bench: ModuleType) -> None:
     assert m, "the sustained-rate sentence"
     if m.group(1) != f"{capacity:.2f}":
         problems.append(f"({capacity:.2f} req/s measured: ...")
+    # the offered rate, and "every goodput below is above" the reference rate: it said "the
+    # rate the server sustains", under goodputs of 4.0-4.6 req/s
+    offered = re.search(r"for 600 s at ([\d.]+) req/s, 1\.3x a reference rate",
+                        " ".join(text.split()))
+    assert offered, "the offered-rate sentence"
+    if offered.group(1) != f"{1.3 * capacity:.2f}":
+        problems.append(f"for 600 s at {1.3 * capacity:.2f} req/s, 1.3x a reference rate")
+    assert all(float(row[4]) > capacity for row in rows), [row[4] for row in rows]
     for cells, row in zip(table, rows, strict=True):
         if cells[1:] != list(row[1:7]):  # the wall time (row[7]) is not in the docs
             problems.append(f"was {row_line(cells)}\nnow {row_line([cells[0], *row[1:7]])}")

@@ -297,6 +297,24 @@ def test_presets_mark_the_kv_capacities_vllm_does_not_start_with() -> None:
         " ".join(stdout.split()))
 
 
+def test_presets_mark_sliding_window_models_vllm_does_not_start_with() -> None:
+    """Gemma-2-9B on an A10G showed 1,584 tokens of KV, unmarked, against its 8,192-token
+    context: vLLM refuses to start there (its check counts the sliding layers' window), and
+    the '*' check skips models with sliding-window layers. Such pairs are now marked '!', with
+    a note saying simulate does not check them; a pair that holds one request is not."""
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    rows = [ln.split() for ln in stdout.splitlines() if ln.startswith("Gemma-2-9B ")]
+    kv_row = rows[1]  # the first KV table: A10G, L4, L40S, A100-40GB, A100-80GB, H100s
+    assert kv_row[1:3] == ["1,584!", "1,600!"], kv_row
+    assert not any(cell.endswith("!") for cell in kv_row[3:]), kv_row
+    assert "!: a model with sliding-window layers" in " ".join(stdout.split())
+    assert "simulate does not check these models" in " ".join(stdout.split())
+    fidelity = " ".join((Path(__file__).resolve().parents[2] / "docs" / "fidelity.md")
+                        .read_text().split())
+    assert f"Gemma-2-9B on an A10G, {kv_row[1][:-1]} tokens of KV" in fidelity
+
+
 def test_a_given_kv_cache_is_said_as_given_not_as_the_gpus(tmp_path: Path) -> None:
     """The shipped scenarios/synth_overcommit.toml sets ``num_gpu_blocks = 4000``; its first
     line read "Llama-3.1-8B on H100-SXM ... KV capacity 64,000 tokens", an H100's KV as far as

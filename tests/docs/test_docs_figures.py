@@ -4,17 +4,29 @@ precision shown. A failure says what the sentence should read."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib.util
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 import kvbudget as kb
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.kv_capacity import num_gpu_blocks
 from kvbudget.perf.models import get_model
-from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.results.said import context_cut
+from kvbudget.simulator.engine_config import ENGINE_NAMES, EngineConfig
+from kvbudget.simulator.scenario import EngineSpec, scenario_from_dict
+from kvbudget.workloads.spec import FixedCapSpec, TierSpec
 from kvbudget.workloads.traces import load_trace
 from tests.conftest import SHARED
 
@@ -276,3 +288,120 @@ def test_the_live_docs_claim_no_accuracy_the_live_test_does_not_check() -> None:
     assert "within 15% on throughput" not in cpu_section
     assert ("runs end to end with a finite relative error for p50 TTFT, p50 TPOT and output "
             "tok/s") in cpu_section
+
+
+def test_the_analysis_docs_size_the_token_gaps_as_a_run_writes_them(tmp_path: Path) -> None:
+    """docs/analysis.md sized ``token_gaps.parquet`` at "2.2 M gaps in 137,000 rows" for
+    10,000 conversation requests, a figure nothing computed: ``conv_n10000_q6`` on the defaults
+    writes 130,219 rows. The sentence names its run now, and its figures are that run's at the
+    precision shown (rows to the thousand, gaps to 0.1 M, files to 0.1 MB)."""
+    text = flat("analysis.md")
+    quoted = re.search(r"conv_n10000_q6\.jsonl`, 10,000 conversation requests on the default "
+                       r"H100 and Llama-3\.1-8B: ([\d.]+) M gaps in ([\d,]+) rows, ([\d.]+) MB, "
+                       r"beside ([\d.]+) MB of records", text)
+    assert quoted, "docs/analysis.md no longer sizes token_gaps.parquet on conv_n10000_q6"
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "kvbudget", "simulate", "--trace",
+         str(SHARED / "bench" / "conv_n10000_q6.jsonl"), "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, check=False)
+    assert done.returncode == 0, done.stderr
+    gaps = pd.read_parquet(out / "token_gaps.parquet")
+    shown = (f"{gaps['num_gaps'].sum() / 1e6:.1f}", f"{round(len(gaps), -3):,}",
+             f"{(out / 'token_gaps.parquet').stat().st_size / 1e6:.1f}",
+             f"{(out / 'requests.parquet').stat().st_size / 1e6:.1f}")
+    assert quoted.groups() == shown, f"should read: {shown}"
+
+
+def test_the_docs_count_the_identity_checks_cases_as_the_script_has_them() -> None:
+    """docs/clients.md said a run without clients left "the 26 reference cases of the
+    byte-identity check" unchanged, while ``scripts/engine_identity.py`` has 50: a reader who
+    ran it found twice as many. A count of its cases the docs state in the present is the
+    script's (docs/performance.md is a dated log: each entry's count is that day's)."""
+    spec = importlib.util.spec_from_file_location(
+        "engine_identity", REPO / "scripts" / "engine_identity.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    num_cases = len(script.cases())
+    quoted = re.search(r"`scripts/engine_identity\.py`, (\d+) now", flat("clients.md"))
+    assert quoted, "docs/clients.md no longer says how many cases the identity check has"
+    assert int(quoted.group(1)) == num_cases, f"should read: {num_cases} now"
+    for doc in sorted((REPO / "docs").glob("*.md")):
+        if doc.name != "performance.md":
+            stale = re.findall(r"\b(\d+) reference cases", flat(doc.name))
+            assert all(int(n) == num_cases for n in stale), (doc.name, stale, num_cases)
+
+
+def test_the_live_docs_say_the_burst_the_live_test_sends() -> None:
+    """docs/live.md said the live test's burst was "12 requests of 128 prompt and 384 output
+    tokens"; the test sends 128 + 256 (384 in all, 3 blocks of 128). The sentence is the call's
+    arguments, read from the test itself."""
+    source = (REPO / "tests" / "live" / "test_live_vllm.py").read_text()
+    test = next(node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+                and node.name == "test_conservative_never_preempts_overcommit_does")
+    call = next(node for node in ast.walk(test) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "burst_trace")
+    n, prompt, output = (ast.literal_eval(a) for a in call.args[1:4])
+    blocks = -(-(prompt + output) // 128)
+    should = (f"{n} requests of {prompt} prompt and {output} output tokens ({blocks} blocks "
+              f"each, against 9 usable)")
+    assert should in flat("live.md"), should
+
+
+def test_the_workloads_docs_give_the_fixed_caps_default_where_it_is() -> None:
+    """docs/workloads.md's table gave the ``fixed`` rule's ``tokens`` a default of 2,048; a
+    scenario's ``max_output = { kind = "fixed" }`` is refused ("max_output.tokens is
+    required"): 2,048 is what a tier declares when it gives no ``max_output`` at all."""
+    with pytest.raises(ValidationError, match="tokens"):
+        FixedCapSpec.model_validate({"kind": "fixed"})
+    default = TierSpec.model_fields["max_output"].default
+    assert isinstance(default, FixedCapSpec)
+    should = ("every request declares `tokens` (required: `{ kind = \"fixed\" }` alone is "
+              f"refused; a tier without `max_output` declares {default.tokens:,})")
+    assert should in flat("workloads.md"), should
+
+
+def test_autoscaling_servegen_kv_of_a_pair() -> None:
+    """docs/autoscaling.md's ServeGen example: "a pair holds 35,520 tokens of KV, less than one
+    request at the model's 131,072-token context", computed as vLLM sizes it (A100-80GB's
+    defaults, two GPUs)."""
+    model, gpu = get_model("Llama-3.1-70B"), get_gpu("A100-80GB")
+    engine = EngineConfig().resolved(gpu)  # vLLM's defaults on the GPU, as presets take them
+    tokens = num_gpu_blocks(gpu, model, gpu_memory_utilization=engine.memory_utilization,
+                            max_num_seqs=engine.seqs_limit,
+                            max_num_batched_tokens=engine.batched_tokens_limit,
+                            tensor_parallel_size=2) * 16
+    assert tokens < model.max_position_embeddings
+    should = (f"a pair holds {tokens:,} tokens of KV, less than one request at the model's "
+              f"{model.max_position_embeddings:,}-token context")
+    assert should in flat("autoscaling.md"), should
+
+
+def test_the_scenario_docs_name_every_engine_knob() -> None:
+    """docs/scenarios.md's ``[engine]`` row never named ``name`` (the engine whose rules are
+    simulated: ``vllm``, ``vllm-swap``, ``tgi``, ``sglang``, ``trtllm``), though the row
+    spoke of "engines ``vllm``, ``vllm-swap``", nor the knobs of the other engines
+    (``preemption_mode``, ``swap_space_gib``, ``schedule_conservativeness``,
+    ``capacity_scheduler_policy``): a scenario author could not find how to pick one. Every
+    field of ``[engine]`` is named there now, with its default where it has one."""
+    doc = (REPO / "docs" / "scenarios.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `[engine]`"))
+    missing = [f.name for f in dataclasses.fields(EngineSpec) if f"`{f.name}`" not in row
+               and f.name != "speculative_config"]  # the [engine.speculative_config] row's
+    assert not missing, f"docs/scenarios.md's [engine] row does not name {missing}"
+    defaults = EngineConfig()
+    for engine in ENGINE_NAMES:
+        assert f"`{engine}`" in row, engine
+    assert f"`{defaults.name}` (the default)" in row
+    assert f"`swap_space_gib`, {defaults.swap_space_gib:g}," in row
+    assert f"`schedule_conservativeness`, {defaults.schedule_conservativeness:.1f})" in row
+
+
+def test_the_live_docs_quote_the_context_cut_line_as_it_is_written() -> None:
+    """docs/live.md quoted the replay's line as "cut the output of 1 requests at the context
+    left"; the line counts its noun (``results.said.context_cut``: "1 request"). The quote is
+    the function's line, its tail elided."""
+    line = context_cut("max_model_len 1,024 (the server's)", 1)
+    head = line.split(": ", 1)[0]
+    assert f"`{head}: ...`" in flat("live.md"), head

@@ -42,3 +42,5 @@ def test_sim_vs_real_says_the_gpu_and_model_it_assumed(tmp_path: Path,
                       for o in c.outputs)
     assert ("assumed (the measured run's summary.json does not say): GPU H100-80GB, model "
             "Llama-3.1-8B, block_size 16") in printed, printed
+    # no cost model given: the presets' default step model, as the introduction says
+    assert "requests with the vllm-v1 cost model" in printed, printed

@@ -131,3 +131,27 @@ def test_the_kv_timeline_notebook_says_what_its_cell_checks_of_the_reserved_line
     assert 'assert reserved["conservative"] > 0.85' in code
     assert "(more than 20 points lower)" in text
     assert 'assert reserved["conservative"] - used["conservative"] > 0.2' in code
+
+
+def test_the_tuning_notebook_checks_the_engine_its_introduction_names() -> None:
+    """Notebook 04 said its in-process grid ran "on an H100-80GB with Llama-3.1-8B and 3,000
+    KV blocks (48,000 tokens" with no cell checking it (notebook 02 checks its own copy of the
+    setting, not this one): the grid's cell asserts each figure the text gives."""
+    nb = nbformat.read(REPO / "notebooks" / "04_tuning.ipynb", as_version=4)  # type: ignore[no-untyped-call]
+    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "H100-80GB with Llama-3.1-8B and 3,000 KV blocks (48,000 tokens" in text
+    assert 'assert (config.gpu, config.model) == ("H100-80GB", "Llama-3.1-8B")' in code
+    assert "assert config.resolved_num_gpu_blocks() * 16 == 48_000" in code
+
+
+def test_the_sim_vs_real_notebook_checks_the_cost_model_its_introduction_names() -> None:
+    """Notebook 03 says a measured run without ``KVBUDGET_COST_MODEL`` is simulated with the
+    presets' default step model (``vllm-v1``), and with the stand-in the roofline: a cell
+    asserted the roofline only. It asserts both now."""
+    nb = nbformat.read(REPO / "notebooks" / "03_sim_vs_real.ipynb", as_version=4)  # type: ignore[no-untyped-call]
+    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "the default is the GPU and model presets' default step model (`vllm-v1`" in text
+    assert 'assert simulated.summary["cost_model"]["kind"] == "vllm-v1"' in code
+    assert 'assert simulated.summary["cost_model"]["kind"] == "roofline"' in code

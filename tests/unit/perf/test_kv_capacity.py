@@ -13,6 +13,7 @@ from kvbudget.perf.kv_capacity import (
     cudagraph_capture_sizes,
     kv_budget,
     num_gpu_blocks,
+    sliding_model_short_of_max_model_len,
 )
 from kvbudget.perf.models import get_model
 
@@ -88,3 +89,32 @@ def test_a_kv_cache_short_of_max_model_len_is_refused_at_vllms_bound() -> None:
     with pytest.raises(ValueError, match=r"max_model_len 1,601 \(given\)"):
         check_holds_max_model_len(llama, gpu, 101, 16, 1601, given=True)
     check_holds_max_model_len(get_model("Gemma-2-9B"), gpu, 10, 16, 8192, given=False)
+
+
+def test_a_sliding_window_model_short_of_max_model_len_is_told_at_vllms_bound() -> None:
+    """vLLM's ``check_enough_kv_cache_memory`` sums each layer's ``max_memory_usage_bytes``
+    (vllm/v1/kv_cache_interface.py): ``cdiv(max_model_len, block_size)`` blocks a
+    full-attention layer, ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len),
+    block_size) + 1`` a sliding-window one. Gemma-2-9B (21 full, 21 sliding layers, window
+    4,096) at 8,192 tokens with 2,048 batched: 21 x 512 + 21 x (384 + 1) = 18,837 layer-blocks,
+    i.e. 448.5 blocks of all 42 layers; a model without sliding layers is never told here."""
+    gemma = get_model("Gemma-2-9B")
+    assert (gemma.num_full_attention_layers, gemma.num_sliding_layers) == (21, 21)
+    assert gemma.sliding_window == 4096
+    assert sliding_model_short_of_max_model_len(gemma, 448, 16, 8192, 2048)
+    assert not sliding_model_short_of_max_model_len(gemma, 449, 16, 8192, 2048)
+    # a window longer than the context: every layer needs the whole request (+1 block sliding)
+    assert not sliding_model_short_of_max_model_len(gemma, 257, 16, 4096, 8192)
+    assert sliding_model_short_of_max_model_len(gemma, 256, 16, 4096, 8192)
+    assert not sliding_model_short_of_max_model_len(get_model("Llama-3.1-8B"), 1, 16, 8192, 2048)
+
+
+def test_a_sliding_window_models_kv_capacity_counts_every_layer() -> None:
+    """docs/models.md and docs/fidelity.md: the capacity counts a sliding-window layer's KV as a
+    full layer's (vLLM's --disable-hybrid-kv-cache-manager), where the step model reads it up
+    to the window: a block of Gemma-2-9B (21 full, 21 sliding layers) holds all 42 layers."""
+    gemma = get_model("Gemma-2-9B")
+    full, sliding = gemma.kv_bytes_per_token_full_and_sliding()
+    assert full and sliding
+    budget = kv_budget(get_gpu("H100-80GB"), gemma)
+    assert budget.block_bytes == 16 * (full + sliding) == 16 * gemma.kv_bytes_per_token()

@@ -58,7 +58,9 @@ def test_fleet_config_is_validated() -> None:
         FleetConfig(3, gpus=("H100-80GB", "L40S"))
     with pytest.raises(ValueError, match="unknown router 'random'"):
         FleetConfig(2, router="random")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="unknown GPU preset 'B300'"):
+    # the replica's GPU is named by its index in fleet.gpus (--set's dotted form), as a
+    # disaggregated pool's is (disaggregation.decode.gpu); it was "unknown GPU preset" alone
+    with pytest.raises(ValueError, match=r"^fleet\.gpus\.1: unknown GPU preset 'B300' \(did you"):
         SimConfig(fleet=FleetConfig(2, gpus=("H100-80GB", "B300")))
 
 
