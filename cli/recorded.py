@@ -143,14 +143,25 @@ def _recorded_model(recording: "Recording", model: str | None,
         resolved = resolve_model_name(named)
         if resolved is None:
             raise CliError(f"{recording.path}: the recording's model {named!r} is not a bundled "
-                           f"preset{suggest_model(named)}: pass --model path/to/config.json "
-                           "(its Hugging Face config) or --model PRESET")
+                           f"preset{suggest_model(named) or _tokenizer_hint(recording)}: pass "
+                           "--model path/to/config.json (its Hugging Face config) or --model "
+                           "PRESET")
         said = "" if resolved == named else f" {named!r}"
         return resolved, f"the recording's{said}"
     if scenario is not None:
         return None, "--scenario"
     raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
                    "--model path/to/config.json (kvbudget simulates no model it was not given)")
+
+
+def _tokenizer_hint(recording: "Recording") -> str:
+    """`` (its tokenizer, X, is the P preset's)`` where the file names a tokenizer that is a
+    preset's (a served name such as ``Llama-3.1-8B-Instruct-optimumxt`` is no preset, while the
+    ``--tokenizer`` the load tool was given often is its Hugging Face id); ``""`` otherwise. Said
+    as a hint only: a tokenizer is not the model, so none is simulated in its place."""
+    tokenizer = recording.config.get("tokenizer")
+    preset = resolve_model_name(tokenizer) if isinstance(tokenizer, str) else None
+    return f" (its tokenizer, {tokenizer!r}, is the {preset} preset's)" if preset else ""
 
 
 def _given_model_said(model: str, named: Any) -> str:

@@ -607,6 +607,9 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
                              f"({', '.join(names[:4])}) and its records do not say which got "
                              "each: profile one model a run to validate or calibrate on it",
                              field="input_config.models.items")
+    tokenizer = dig(summary, "input_config", "tokenizer", "name")  # --tokenizer
+    if isinstance(tokenizer, str) and tokenizer.strip():
+        config["tokenizer"] = tokenizer
     extra = dig(summary, "input_config", "endpoint", "extra") or {}
     if isinstance(extra, dict):
         if isinstance(extra.get("ignore_eos"), bool):
