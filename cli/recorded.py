@@ -191,11 +191,23 @@ def _recorded_gpu(recording: "Recording", gpu: str | None,
     if known is not None:
         return known, "the recording's"
     if isinstance(named, str) and named.strip():
-        raise CliError(f"{recording.path}: the recording's GPU {named!r} is no preset: pass "
-                       "--gpu PRESET (kvbudget presets lists them) or --gpu gpu.json")
+        raise CliError(f"{recording.path}: the recording's GPU {named!r} is no preset"
+                       f"{_gpu_hint(named)}: pass --gpu PRESET (kvbudget presets lists them) "
+                       "or --gpu gpu.json")
     if scenario is not None:
         return None, "--scenario"
     return None, "ASSUMED: the recording does not name its GPU; pass --gpu"
+
+
+def _gpu_hint(name: str) -> str:
+    """`` (did you mean X?)`` for a GPU name as a tool writes it (DCGM's ``NVIDIA H100 80GB
+    HBM3``) that is near a preset's, as ``get_gpu`` says it; ``""`` otherwise."""
+    try:
+        get_gpu(name)
+    except ValueError as err:
+        near = re.search(r" \(did you mean [^)]*\)", str(err))
+        return near.group(0) if near else ""
+    return ""
 
 
 def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:

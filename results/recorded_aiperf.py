@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.recorded_aiperf_gpu import telemetry_gpu
 from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_conversations,
     aiperf_history,
@@ -625,6 +626,7 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
                              "not say which got each: profile one model a run to validate or "
                              "calibrate on it", field="input_config.endpoint.model_names")
         config["model"] = names[0]
+    config["gpu"] = telemetry_gpu(summary)[0]
     config.update(_fleet(path, summary))
     return {k: v for k, v in config.items() if v is not None}
 
@@ -1067,6 +1069,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         stage.label, summary, linked) or _user_centric_note(stage.label, summary, linked))
     if scheduled:
         notes.append(scheduled)
+    notes.extend(n for n in (telemetry_gpu(summary)[1],) if n)
     if not summary:
         notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
                      "unknown")
