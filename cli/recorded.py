@@ -184,9 +184,9 @@ def _recorded_gpu(recording: "Recording", gpu: str | None,
     """The GPU to simulate and where it came from: ``--gpu``, the file's, else the
     ``--scenario``'s (or the default scenario's, said as an assumption: load tools' files
     rarely name the GPU). A GPU the file names that is no preset is an error."""
-    if gpu is not None:
-        return gpu, "--gpu"
     named = recording.config.get("gpu")
+    if gpu is not None:
+        return gpu, _given_gpu_said(gpu, named)
     known = _known_gpu(named)
     if known is not None:
         return known, "the recording's"
@@ -197,6 +197,21 @@ def _recorded_gpu(recording: "Recording", gpu: str | None,
     if scenario is not None:
         return None, "--scenario"
     return None, "ASSUMED: the recording does not name its GPU; pass --gpu"
+
+
+def _given_gpu_said(gpu: str, named: Any) -> str:
+    """Where ``--gpu`` came from, and how it stands to the GPU the recording names: another
+    preset is said loudly (the server measured on another GPU), a name that is no preset as
+    taken to be it, as :func:`_given_model_said` says the model."""
+    if not isinstance(named, str) or not named.strip():
+        return "--gpu"
+    theirs, ours = _known_gpu(named), _known_gpu(gpu)
+    if theirs is not None and ours is not None and theirs != ours:
+        return (f"--gpu; NOT the recording's {named!r}, a {theirs}: the server measured on "
+                "another GPU than the one simulated")
+    if theirs is None:
+        return f"--gpu, for the recording's {named!r}, which is no preset kvbudget knows"
+    return "--gpu"
 
 
 def _gpu_hint(name: str) -> str:
