@@ -7,7 +7,8 @@ at 4d4caa79 (AIPerf's plot fixture of a Qwen run at concurrency 1): two DCGM exp
 kvbudget said "GPU H100-SXM (ASSUMED: the recording does not name its GPU; pass --gpu)" and
 simulated an H100: the file named its GPU, and another was simulated.
 
-Hand-made: AIPerf 0.13.0's concurrency-4 fixture (its CPU server had no exporter) under a
+The published run is kept as an excerpt (``published/aiperf-qwen-concurrency1-excerpt/``);
+hand-made: AIPerf 0.13.0's concurrency-4 fixture (its CPU server had no exporter) under a
 summary given that telemetry."""
 
 from __future__ import annotations
@@ -75,3 +76,25 @@ def test_validate_simulates_the_telemetrys_gpu_or_asks(tmp_path: Path, gpu: str,
                                       *args, "--out", str(tmp_path / "v")])
     assert result.exit_code == (2 if said.startswith("the recording") else 0), result.output
     assert said in " ".join(unwrapped(result.stderr))
+
+
+EXCERPT = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
+           / "aiperf-qwen-concurrency1-excerpt" / "profile_export.jsonl")
+
+
+def test_the_published_runs_gpu_and_idle_user_are_said() -> None:
+    # the published run itself (excerpt): its telemetry's GPU is the recording's, and its
+    # one user's 3.07 s wait before its third send (8 % of the run) is said: the measured
+    # throughput counts it, the closed-loop replay does not
+    rec = read_recording(EXCERPT)
+    assert rec.config["gpu"] == "NVIDIA RTX 6000 Ada Generation"
+    assert rec.stages[0].load == "closed" and rec.stages[0].max_concurrency == 1
+    idle = [n for n in rec.notes if "sat idle" in n]
+    assert len(idle) == 1 and idle[0].startswith(
+        "stage 'concurrency 1': its 1 user(s) sat idle 3.09 s in all between a request's end "
+        "and their next send (8 % of the stage's slot time; the longest 3.07 s, before send 3)")
+
+
+def test_a_tight_closed_loop_is_not_said_idle() -> None:
+    # AIPerf 0.13.0's own concurrency-4 run against the CPU vLLM: its users resent within ms
+    assert not any("sat idle" in n for n in read_recording(AIPERF / "concurrency4.jsonl").notes)
