@@ -12,7 +12,8 @@ The file names are the tools' defaults: AIPerf ``profile_export.jsonl`` beside
 .md``); inference-perf ``per_request_lifecycle_metrics.json`` beside its
 ``stage_N_lifecycle_metrics.json`` and ``summary_lifecycle_metrics.json`` (kubernetes-sigs/
 inference-perf ``demos/kubecon-na-2025/*/results/``); GuideLLM ``benchmarks.json`` (or
-``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``.
+``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``; LLMPerf
+``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``.
 """
 
 from __future__ import annotations
@@ -73,9 +74,23 @@ GENAI_PERF_REQUESTS = "profile_export.json"
 no token counts (``recorded_summaries``), so none kvbudget can replay."""
 
 
+LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
+"""LLMPerf's per-request file (github.com/ray-project/llmperf ``token_benchmark_ray.py``:
+``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``), which
+lists no send time (``recorded_summaries``), so none kvbudget can replay."""
+
+
 def _summaries_in(where: Path, base: Path) -> str | None:
     """``is <tool>'s output directory ...`` for a known tool's aggregates in ``where`` (``base``
     or a folder of it, named relative to ``base``), or None."""
+    llmperf = sorted(p for p in where.iterdir()
+                     if p.is_file() and LLMPERF_REQUESTS.fullmatch(p.name))
+    if llmperf:
+        return (f"is LLMPerf's results directory, whose per-request files "
+                f"({_listed(llmperf, base)}) list each request's TTFT, E2E and tokens but no "
+                "send time nor which of its concurrent clients sent it, so its load cannot be "
+                "replayed (its _summary.json files are aggregates): record the run with a tool "
+                "kvbudget reads (docs/recordings.md)")
     for pattern, tool, instead in SUMMARY_FILES:
         found = sorted(p for p in where.iterdir() if p.is_file() and pattern.fullmatch(p.name))
         if not found:

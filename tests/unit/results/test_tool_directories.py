@@ -106,3 +106,21 @@ def test_genai_perf_artifact_folders_name_the_per_request_file_they_hold(
     # without the per-request file, the aggregates are said as before
     (run / "profile_export.json").unlink()
     assert "aggregates only" in refusal(run) and "no per-request file" in refusal(run)
+
+
+def test_an_llmperf_results_folder_says_why_neither_file_is_read(tmp_path: Path) -> None:
+    # LLMPerf's --results-dir as token_benchmark_ray.py writes it (ray-project/llmperf:
+    # <model>_<input>_<output>_summary.json beside _individual_responses.json). The folder was
+    # told to "pass one of them", and either file is then refused: now it says why, at once.
+    name = "meta-llama-Llama-2-7b-chat-hf_550_150"
+    (tmp_path / f"{name}_summary.json").write_text(
+        '{"model": "meta-llama/Llama-2-7b-chat-hf", "num_concurrent_requests": 5, '
+        '"mean_input_tokens": 550}')
+    (tmp_path / f"{name}_individual_responses.json").write_text(
+        '[{"error_code": null, "error_msg": "", "inter_token_latency_s": 0.02, "ttft_s": 0.1, '
+        '"end_to_end_latency_s": 2.0, "request_output_throughput_token_per_s": 50, '
+        '"number_total_tokens": 650, "number_output_tokens": 100, '
+        '"number_input_tokens": 550}]')
+    text = refusal(tmp_path)
+    assert "LLMPerf's results directory" in text and "pass one of them" not in text
+    assert f"{name}_individual_responses.json" in text and "no send time" in text
