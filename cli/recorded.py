@@ -143,14 +143,25 @@ def _recorded_model(recording: "Recording", model: str | None,
         resolved = resolve_model_name(named)
         if resolved is None:
             raise CliError(f"{recording.path}: the recording's model {named!r} is not a bundled "
-                           f"preset{suggest_model(named)}: pass --model path/to/config.json "
-                           "(its Hugging Face config) or --model PRESET")
+                           f"preset{suggest_model(named) or _tokenizer_hint(recording)}: pass "
+                           "--model path/to/config.json (its Hugging Face config) or --model "
+                           "PRESET")
         said = "" if resolved == named else f" {named!r}"
         return resolved, f"the recording's{said}"
     if scenario is not None:
         return None, "--scenario"
     raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
                    "--model path/to/config.json (kvbudget simulates no model it was not given)")
+
+
+def _tokenizer_hint(recording: "Recording") -> str:
+    """`` (its tokenizer, X, is the P preset's)`` where the file names a tokenizer that is a
+    preset's (a served name such as ``Llama-3.1-8B-Instruct-optimumxt`` is no preset, while the
+    ``--tokenizer`` the load tool was given often is its Hugging Face id); ``""`` otherwise. Said
+    as a hint only: a tokenizer is not the model, so none is simulated in its place."""
+    tokenizer = recording.config.get("tokenizer")
+    preset = resolve_model_name(tokenizer) if isinstance(tokenizer, str) else None
+    return f" (its tokenizer, {tokenizer!r}, is the {preset} preset's)" if preset else ""
 
 
 def _given_model_said(model: str, named: Any) -> str:
@@ -173,18 +184,45 @@ def _recorded_gpu(recording: "Recording", gpu: str | None,
     """The GPU to simulate and where it came from: ``--gpu``, the file's, else the
     ``--scenario``'s (or the default scenario's, said as an assumption: load tools' files
     rarely name the GPU). A GPU the file names that is no preset is an error."""
-    if gpu is not None:
-        return gpu, "--gpu"
     named = recording.config.get("gpu")
+    if gpu is not None:
+        return gpu, _given_gpu_said(gpu, named)
     known = _known_gpu(named)
     if known is not None:
         return known, "the recording's"
     if isinstance(named, str) and named.strip():
-        raise CliError(f"{recording.path}: the recording's GPU {named!r} is no preset: pass "
-                       "--gpu PRESET (kvbudget presets lists them) or --gpu gpu.json")
+        raise CliError(f"{recording.path}: the recording's GPU {named!r} is no preset"
+                       f"{_gpu_hint(named)}: pass --gpu PRESET (kvbudget presets lists them) "
+                       "or --gpu gpu.json")
     if scenario is not None:
         return None, "--scenario"
     return None, "ASSUMED: the recording does not name its GPU; pass --gpu"
+
+
+def _given_gpu_said(gpu: str, named: Any) -> str:
+    """Where ``--gpu`` came from, and how it stands to the GPU the recording names: another
+    preset is said loudly (the server measured on another GPU), a name that is no preset as
+    taken to be it, as :func:`_given_model_said` says the model."""
+    if not isinstance(named, str) or not named.strip():
+        return "--gpu"
+    theirs, ours = _known_gpu(named), _known_gpu(gpu)
+    if theirs is not None and ours is not None and theirs != ours:
+        return (f"--gpu; NOT the recording's {named!r}, a {theirs}: the server measured on "
+                "another GPU than the one simulated")
+    if theirs is None:
+        return f"--gpu, for the recording's {named!r}, which is no preset kvbudget knows"
+    return "--gpu"
+
+
+def _gpu_hint(name: str) -> str:
+    """`` (did you mean X?)`` for a GPU name as a tool writes it (DCGM's ``NVIDIA H100 80GB
+    HBM3``) that is near a preset's, as ``get_gpu`` says it; ``""`` otherwise."""
+    try:
+        get_gpu(name)
+    except ValueError as err:
+        near = re.search(r" \(did you mean [^)]*\)", str(err))
+        return near.group(0) if near else ""
+    return ""
 
 
 def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:

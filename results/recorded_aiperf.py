@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvbudget.results.recorded_aiperf_gpu import telemetry_gpu
 from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_conversations,
     aiperf_history,
@@ -50,6 +51,7 @@ from kvbudget.results.recorded_fields import (
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
 from kvbudget.results.recorded_guidellm_turns import with_history
+from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -607,6 +609,9 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
                              f"({', '.join(names[:4])}) and its records do not say which got "
                              "each: profile one model a run to validate or calibrate on it",
                              field="input_config.models.items")
+    tokenizer = dig(summary, "input_config", "tokenizer", "name")  # --tokenizer
+    if isinstance(tokenizer, str) and tokenizer.strip():
+        config["tokenizer"] = tokenizer
     extra = dig(summary, "input_config", "endpoint", "extra") or {}
     if isinstance(extra, dict):
         if isinstance(extra.get("ignore_eos"), bool):
@@ -622,6 +627,7 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
                              "not say which got each: profile one model a run to validate or "
                              "calibrate on it", field="input_config.endpoint.model_names")
         config["model"] = names[0]
+    config["gpu"] = telemetry_gpu(summary)[0]
     config.update(_fleet(path, summary))
     return {k: v for k, v in config.items() if v is not None}
 
@@ -999,6 +1005,23 @@ def _columns(path: Path, prompt: Any, output: Any, arrival: Any, recorded: Any,
         prefix_block_tokens=None if prefix is None else prefix.block_tokens)
 
 
+def _run_notes(stage: RecordedStage, summary: Mapping[str, Any], num_measured: int,
+               linked: bool, start: Any, end: Any) -> list[str]:
+    """The notes of how the run was timed (a schedule, idle users of a closed loop: ``start``
+    and ``end`` its profiling records'), of its GPU telemetry and of a missing summary."""
+    notes = [n for n in (
+        _fixed_schedule_note(stage.label, summary, num_measured)
+        or _agentic_note(stage.label, summary, linked)
+        or _user_centric_note(stage.label, summary, linked),
+        closed_loop_idle_note(stage.label, stage.max_concurrency, start, end)
+        if stage.load == "closed" and stage.max_concurrency and not linked else None,
+        telemetry_gpu(summary)[1]) if n]
+    if not summary:
+        notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
+                     "unknown")
+    return notes
+
+
 def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: Any,
                start: Any, ttft: Any, e2e: Any, itl: Any, status: list[str],
                from_server: npt.NDArray[np.bool_], default_tier: str,
@@ -1059,14 +1082,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     conversations = aiperf_conversations(records, sent.tolist(),
                                          np.asarray(e2e, dtype=np.float64).tolist(),
                                          rows.tolist())
-    linked = conversations is not None
-    scheduled = (_fixed_schedule_note(stage.label, summary, num_measured) or _agentic_note(
-        stage.label, summary, linked) or _user_centric_note(stage.label, summary, linked))
-    if scheduled:
-        notes.append(scheduled)
-    if not summary:
-        notes.append(f"no {SUMMARY_NAME} beside the records: load mode and server settings "
-                     "unknown")
+    notes.extend(_run_notes(stage, summary, num_measured, conversations is not None,
+                            np.asarray(start)[profiling] * 1e-9,
+                            np.asarray(end)[profiling] * 1e-9))  # epoch ns
     # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
     # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
     say_context_refusals((_error_text(rec) for _, rec in records), counts, notes, config)

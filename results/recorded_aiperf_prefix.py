@@ -90,10 +90,38 @@ def _bodies(path: Path) -> dict[tuple[str, int], Mapping[str, Any]] | None:
     return bodies or None
 
 
+def _trace_dataset(summary: Mapping[str, Any]) -> str | None:
+    """The Mooncake trace the run's prompts were built from (``input_config.datasets[]`` of
+    ``format`` ``mooncake_trace``, AIPerf 0.10.0's summary of ``--input-file T
+    --custom-dataset-type mooncake_trace``: github.com/anud18/qwen36-vllm-aiperf-benchmark
+    ``results/nvfp4/cf_llama31_agent/agent_flat/c1/profile_export_aiperf.json`` at f5ecc84c),
+    by its path; None for other data."""
+    datasets = dig(summary, "input_config", "datasets")
+    for data in datasets if isinstance(datasets, list) else []:
+        if isinstance(data, Mapping) and "mooncake_trace" in (data.get("format"),
+                                                              data.get("custom_dataset_type")):
+            where = data.get("path")
+            return where if isinstance(where, str) and where else "its input file"
+    return None
+
+
 def aiperf_prefix(path: Path, summary: Mapping[str, Any], records: list[tuple[int, Any]],
                   prompt_tokens: Sequence[float]) -> SharedPrefix | None:
     """The pool prompts each record's prompt began with, as prefix hashes; None where the run
-    drew no prefix pool."""
+    drew no prefix pool. A run whose prompts came from a Mooncake trace gets a note: AIPerf
+    builds each prompt from the entry's ``hash_ids`` (ai-dynamo/aiperf
+    ``aiperf/dataset/generator/prompt.py``: one block of corpus tokens per id, cached, so the
+    same id is the same text), so entries sharing leading ids shared a prefix in the server's
+    cache; neither the records nor the summary keep the ids, so it is not simulated."""
+    trace = _trace_dataset(summary)
+    if trace is not None:
+        return SharedPrefix(None, None, (
+            f"prompts built from the Mooncake trace {trace} (AIPerf makes each hash_ids block "
+            "one text, so entries sharing leading hash_ids shared a prefix the server could "
+            "cache); the records keep no hash_ids: not simulated, every prompt is its own, so "
+            f"the simulated TTFT is too high where they shared one (kvbudget simulate --trace "
+            f"{trace} --format mooncake simulates the trace's prefixes, at its own timestamps, "
+            "not this run's load)"))
     pool = _pool(summary)
     if pool is None:
         return None

@@ -12,7 +12,8 @@ The file names are the tools' defaults: AIPerf ``profile_export.jsonl`` beside
 .md``); inference-perf ``per_request_lifecycle_metrics.json`` beside its
 ``stage_N_lifecycle_metrics.json`` and ``summary_lifecycle_metrics.json`` (kubernetes-sigs/
 inference-perf ``demos/kubecon-na-2025/*/results/``); GuideLLM ``benchmarks.json`` (or
-``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``.
+``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``; LLMPerf
+``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``.
 """
 
 from __future__ import annotations
@@ -68,13 +69,51 @@ def _per_request(path: Path) -> str | None:
             f"e.g. --records {below[0]}")
 
 
-def _summaries(path: Path) -> str | None:
-    """A known tool's aggregates, where its per-request file is missing, named."""
+GENAI_PERF_REQUESTS = "profile_export.json"
+"""genai-perf's per-request file (perf_analyzer's export): each request's timestamps and text,
+no token counts (``recorded_summaries``), so none kvbudget can replay."""
+
+
+LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
+"""LLMPerf's per-request file (github.com/ray-project/llmperf ``token_benchmark_ray.py``:
+``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``), which
+lists no send time (``recorded_summaries``), so none kvbudget can replay."""
+
+
+def _summaries_in(where: Path, base: Path) -> str | None:
+    """``is <tool>'s output directory ...`` for a known tool's aggregates in ``where`` (``base``
+    or a folder of it, named relative to ``base``), or None."""
+    llmperf = sorted(p for p in where.iterdir()
+                     if p.is_file() and LLMPERF_REQUESTS.fullmatch(p.name))
+    if llmperf:
+        return (f"is LLMPerf's results directory, whose per-request files "
+                f"({_listed(llmperf, base)}) list each request's TTFT, E2E and tokens but no "
+                "send time nor which of its concurrent clients sent it, so its load cannot be "
+                "replayed (its _summary.json files are aggregates): record the run with a tool "
+                "kvbudget reads (docs/recordings.md)")
     for pattern, tool, instead in SUMMARY_FILES:
-        found = sorted(p for p in path.iterdir() if p.is_file() and pattern.fullmatch(p.name))
-        if found:
-            return (f"is {tool}'s output directory holding aggregates only "
-                    f"({_listed(found, path)}), no per-request file: {instead}")
+        found = sorted(p for p in where.iterdir() if p.is_file() and pattern.fullmatch(p.name))
+        if not found:
+            continue
+        if tool == "genai-perf" and (where / GENAI_PERF_REQUESTS).is_file():
+            return (f"is {tool}'s output directory, whose per-request file, "
+                    f"{(where / GENAI_PERF_REQUESTS).relative_to(base)} (perf_analyzer's), keeps "
+                    "each request's timestamps and text but no token counts (genai-perf counts "
+                    "them with its tokenizer), so none can be replayed: rerun with AIPerf, "
+                    "genai-perf's successor, whose profile_export.jsonl records them")
+        return (f"is {tool}'s output directory holding aggregates only "
+                f"({_listed(found, base)}), no per-request file: {instead}")
+    return None
+
+
+def _summaries_below(path: Path) -> str | None:
+    """A known tool's aggregates one folder down (genai-perf's ``artifacts/``, one folder a
+    run), where its per-request file is missing or holds no token counts, named."""
+    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
+        below = _summaries_in(folder, path)
+        if below:
+            return (f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of a "
+                    f"load tool's runs; the first, {folder.name}/, {below}")
     return None
 
 
@@ -83,7 +122,7 @@ def tool_dir_refusal(path: Path) -> str | None:
     where it has any file of a kvbudget run directory (read, and refused, as one)."""
     if any((path / n).exists() for n in KVBUDGET_FILES) or next(path.glob("*.part.jsonl"), None):
         return None  # kvbudget's own (a damaged run, or a serve run left open): said as one
-    said = _per_request(path) or _summaries(path)
+    said = _per_request(path) or _summaries_in(path, path)
     if said:
         return said
     data = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
@@ -91,4 +130,4 @@ def tool_dir_refusal(path: Path) -> str | None:
         return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); --records reads one "
                 f"file of a load tool: it holds {len(data)} data file(s) ({_listed(data, path)}): "
                 "pass one of them")
-    return None
+    return _summaries_below(path)

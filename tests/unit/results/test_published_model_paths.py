@@ -52,3 +52,32 @@ def test_the_settings_line_says_the_folder_it_resolved(tmp_path: Path) -> None:
                                       "--out", str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
     assert f"model Qwen3-8B (the recording's '{SNAPSHOT}')" in unwrapped(result.stderr)[0]
+
+
+# github.com/anud18/qwen36-vllm-aiperf-benchmark results/nvfp4/cf_llama31_agent/agent_flat/c1/
+# profile_export_aiperf.json at f5ecc84c (AIPerf 0.10.0): the run's --model is the served name
+# 'Llama-3.1-8B-Instruct-optimumxt', no preset, and its --tokenizer is
+# 'NousResearch/Meta-Llama-3.1-8B-Instruct'. The refusal said only "is not a bundled preset:
+# pass --model ..." (no near name either), though the file's tokenizer names the preset; it
+# now says so, as a hint: a tokenizer is not the model, so nothing is simulated in its place.
+@pytest.mark.parametrize(("tokenizer", "said"), [
+    ("NousResearch/Meta-Llama-3.1-8B-Instruct",
+     " (its tokenizer, 'NousResearch/Meta-Llama-3.1-8B-Instruct', is the Llama-3.1-8B "
+     "preset's): pass --model"),
+    ("/tmp/tokenizer-dir", " is not a bundled preset: pass --model"),
+])
+def test_an_unknown_served_name_is_told_the_files_tokenizer(tmp_path: Path, tokenizer: str,
+                                                            said: str) -> None:
+    src = FIXTURES / "aiperf-0.13.0"
+    summary = json.loads((src / "concurrency4_aiperf.json").read_text())
+    summary["input_config"]["models"]["items"] = [{"name": "Llama-3.1-8B-Instruct-optimumxt"}]
+    summary["input_config"]["tokenizer"] = {"name": tokenizer}
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text((src / "concurrency4.jsonl").read_text())
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--out", str(tmp_path / "v")])
+    assert result.exit_code == 2, result.output
+    line = " ".join(unwrapped(result.stderr))
+    assert "the recording's model 'Llama-3.1-8B-Instruct-optimumxt'" in line
+    assert said in line

@@ -73,3 +73,54 @@ def test_kvbudget_directories_are_still_read_as_runs(tmp_path: Path) -> None:
     assert detect_recording_format(tmp_path) == "run"
     (tmp_path / "requests.part.jsonl").unlink()
     assert detect_recording_format(tmp_path) == "run"  # empty: nothing else to name
+
+
+def genai_perf_run(run: Path) -> None:
+    """genai-perf's artifact folder as it writes one (triton-inference-server/perf_analyzer
+    genai-perf ``README``: ``artifacts/<model>-<service>-<mode><value>/`` holding
+    perf_analyzer's ``profile_export.json`` beside ``profile_export_genai_perf.json`` and
+    ``.csv``); the per-request file reduced to its shape."""
+    run.mkdir(parents=True)
+    (run / "profile_export.json").write_text(
+        '{"experiments": [{"experiment": {"mode": "concurrency", "value": 4}, "requests": '
+        '[{"timestamp": 1, "request_inputs": {"payload": "{}"}, "response_timestamps": [2, 3], '
+        '"response_outputs": [{"response": "data: {}"}, {"response": "data: [DONE]"}]}]}], '
+        '"version": "", "service_kind": "openai", "endpoint": "v1/chat/completions"}')
+    (run / "profile_export_genai_perf.json").write_text('{"request_throughput": {"avg": 1}}')
+    (run / "profile_export_genai_perf.csv").write_text("Metric,avg\n")
+
+
+def test_genai_perf_artifact_folders_name_the_per_request_file_they_hold(
+        tmp_path: Path) -> None:
+    # A genai-perf run folder was refused as "holding aggregates only (profile_export_genai_
+    # perf.csv, ...), no per-request file", though its profile_export.json is one (it lacks
+    # token counts); the artifacts/ folder above its runs as "not a run directory
+    # (requests.parquet is missing)".
+    run = tmp_path / "artifacts" / "llama-openai-chat-concurrency4"
+    genai_perf_run(run)
+    text = refusal(run)
+    assert "genai-perf" in text and "no per-request file" not in text
+    assert "profile_export.json (perf_analyzer's)" in text and "no token counts" in text
+    text = refusal(tmp_path / "artifacts")
+    assert "llama-openai-chat-concurrency4/profile_export.json (perf_analyzer's)" in text
+    # without the per-request file, the aggregates are said as before
+    (run / "profile_export.json").unlink()
+    assert "aggregates only" in refusal(run) and "no per-request file" in refusal(run)
+
+
+def test_an_llmperf_results_folder_says_why_neither_file_is_read(tmp_path: Path) -> None:
+    # LLMPerf's --results-dir as token_benchmark_ray.py writes it (ray-project/llmperf:
+    # <model>_<input>_<output>_summary.json beside _individual_responses.json). The folder was
+    # told to "pass one of them", and either file is then refused: now it says why, at once.
+    name = "meta-llama-Llama-2-7b-chat-hf_550_150"
+    (tmp_path / f"{name}_summary.json").write_text(
+        '{"model": "meta-llama/Llama-2-7b-chat-hf", "num_concurrent_requests": 5, '
+        '"mean_input_tokens": 550}')
+    (tmp_path / f"{name}_individual_responses.json").write_text(
+        '[{"error_code": null, "error_msg": "", "inter_token_latency_s": 0.02, "ttft_s": 0.1, '
+        '"end_to_end_latency_s": 2.0, "request_output_throughput_token_per_s": 50, '
+        '"number_total_tokens": 650, "number_output_tokens": 100, '
+        '"number_input_tokens": 550}]')
+    text = refusal(tmp_path)
+    assert "LLMPerf's results directory" in text and "pass one of them" not in text
+    assert f"{name}_individual_responses.json" in text and "no send time" in text
