@@ -254,6 +254,20 @@ GPU_ALIASES: dict[str, str] = {
     "B200-180GB": "B200",
 }
 
+# nvidia-smi's product names (what DCGM's exporter reports as a GPU's name, and so what AIPerf's
+# GPU telemetry writes) where they are not a preset's name with "NVIDIA " before it: the H100
+# SXM5's "NVIDIA H100 80GB HBM3" (its PCIe card is "NVIDIA H100 PCIe", the preset's name), the
+# A100 SXM4s' "NVIDIA A100-SXM4-80GB" / "-40GB" and "NVIDIA GeForce RTX 4090", as RunPod's GPU
+# type ids (its public gpuTypes API) and nvidia-smi outputs quoted in issues spell them. Only
+# names of one preset's card: "NVIDIA H100 NVL", "NVIDIA A100 80GB PCIe" and "NVIDIA
+# A100-PCIE-40GB" (other memory, bandwidth or links than any preset) are not read as one.
+SMI_NAMES: dict[str, str] = {
+    "H100 80GB HBM3": "H100-SXM",
+    "A100-SXM4-80GB": "A100-80GB",
+    "A100-SXM4-40GB": "A100-40GB",
+    "GeForce RTX 4090": "RTX-4090",
+}
+
 # short citations per GPU (the full table with quotes is docs/fidelity.md, "GPUs")
 GPU_SOURCES: dict[str, str] = {
     "A10G": "Baseten A10 vs A10G blog (memory, bandwidth); FLOPs are the A10 datasheet's "
@@ -295,9 +309,12 @@ def get_gpu(name: str | Path) -> GPUSpec:
         return load_gpu_file(Path(key))
     folded = {k.lower(): GPU_ALIASES.get(k, k) for k in (*GPUS, *GPU_ALIASES)}
     spelt = key.strip().lower().removeprefix("nvidia ").removeprefix("nvidia-")
+    smi = {k.lower(): v for k, v in SMI_NAMES.items()}
     for candidate in (spelt, spelt.replace(" ", "-")):
         if candidate in folded:
             return GPUS[folded[candidate]]
+        if candidate in smi:
+            return GPUS[smi[candidate]]
     close = difflib.get_close_matches(spelt, list(folded), n=2, cutoff=0.6)
     hint = (f" (did you mean {' or '.join(dict.fromkeys(folded[c] for c in close))}?)"
             if close else "")

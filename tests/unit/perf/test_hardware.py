@@ -85,3 +85,21 @@ def test_an_unreadable_gpu_file_says_so(tmp_path: Path) -> None:
     bad.write_text("name = ")
     with pytest.raises(ValueError, match="not a valid TOML file"):
         get_gpu(str(bad))
+
+
+@pytest.mark.parametrize(("smi", "preset"), [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA H100 PCIe", "H100-PCIe"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA GeForce RTX 4090", "RTX-4090"), ("NVIDIA H200", "H200"), ("NVIDIA L40S", "L40S"),
+])
+def test_nvidia_smis_name_of_a_presets_card_is_that_preset(smi: str, preset: str) -> None:
+    # the name nvidia-smi (and DCGM, and so AIPerf's GPU telemetry) gives the card
+    assert get_gpu(smi).name == preset
+
+
+@pytest.mark.parametrize("smi", ["NVIDIA H100 NVL", "NVIDIA A100 80GB PCIe",
+                                 "NVIDIA A100-PCIE-40GB"])
+def test_a_card_of_no_preset_is_refused_not_taken_for_a_near_one(smi: str) -> None:
+    # other memory, bandwidth or links than the near preset: a suggestion, not a substitute
+    with pytest.raises(ValueError, match=r"unknown GPU preset .*did you mean"):
+        get_gpu(smi)

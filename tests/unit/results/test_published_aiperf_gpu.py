@@ -60,10 +60,15 @@ def test_a_run_without_telemetry_names_no_gpu() -> None:
 
 @pytest.mark.parametrize(("gpu", "args", "said"), [
     ("NVIDIA L40S", [], "GPU L40S (the recording's)"),
-    ("NVIDIA H100 80GB HBM3", [],
-     "the recording's GPU 'NVIDIA H100 80GB HBM3' is no preset (did you mean H100-SXM"),
-    ("NVIDIA H100 80GB HBM3", ["--gpu", "H100-SXM"],
-     "GPU H100-SXM (--gpu, for the recording's 'NVIDIA H100 80GB HBM3', which is no preset"),
+    # nvidia-smi's (DCGM's) name of an H100 SXM5 is the H100-SXM preset's card
+    ("NVIDIA H100 80GB HBM3", [], "GPU H100-SXM (the recording's)"),
+    ("NVIDIA H100 80GB HBM3", ["--gpu", "H100-PCIe"],
+     "GPU H100-PCIe (--gpu; NOT the recording's 'NVIDIA H100 80GB HBM3', a H100-SXM"),
+    # an H100 NVL (94 GB, its own bandwidth) is no preset's card: asked, not substituted
+    ("NVIDIA H100 NVL", [],
+     "the recording's GPU 'NVIDIA H100 NVL' is no preset (did you mean H100-SXM"),
+    ("NVIDIA H100 NVL", ["--gpu", "H100-SXM"],
+     "GPU H100-SXM (--gpu, for the recording's 'NVIDIA H100 NVL', which is no preset"),
     ("NVIDIA L40S", ["--gpu", "H100-SXM"],
      "GPU H100-SXM (--gpu; NOT the recording's 'NVIDIA L40S', a L40S: the server measured on "
      "another GPU than the one simulated)"),
