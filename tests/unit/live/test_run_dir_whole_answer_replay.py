@@ -17,9 +17,8 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -31,6 +30,7 @@ from kvbudget.results.recorded_whole_answer import BURST_ITL_S, whole_answer_row
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_parts import REQUESTS_PART
 from kvbudget.workloads import from_columns
+from tests.unit.live.fake_models import ModelsHandler
 
 WAIT_S = 60.0  # a bound on the held stream's wait; it ends at once at teardown
 HELD, OTHER = 200, 199  # max_tokens of request 0 (held) and of request 1
@@ -42,23 +42,8 @@ def _chunks(num_tokens: int) -> list[int]:
     return [num_tokens // 4] * 3 + [num_tokens - 3 * (num_tokens // 4)]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
+class _Handler(ModelsHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        raw = json.dumps({"object": "list", "data": [
-            {"id": "fake-model", "object": "model", "max_model_len": 4096}]}).encode()
-        found = self.path == "/v1/models"
-        self.send_response(200 if found else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw) if found else 0))
-        self.end_headers()
-        if found:
-            self.wfile.write(raw)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))

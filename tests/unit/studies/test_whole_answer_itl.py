@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +38,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.validate import compare_live_run
 from kvbudget.workloads import Workload, from_columns
+from tests.unit.live.fake_models import ModelsHandler
 
 WAIT_S = 60.0  # a bound on a held stream's wait; it ends at once at teardown
 # max_tokens: requests 0 and 2 held until 1 and 3 come; 1 and 3 whole in one write
@@ -60,23 +60,8 @@ def _event(text: str, finish: str | None) -> str:
         {"index": 0, "text": text, "finish_reason": finish}], "usage": None}) + "\n\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
+class _Handler(ModelsHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        raw = json.dumps({"object": "list", "data": [
-            {"id": "fake-model", "object": "model", "max_model_len": 4096}]}).encode()
-        found = self.path == "/v1/models"
-        self.send_response(200 if found else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw) if found else 0))
-        self.end_headers()
-        if found:
-            self.wfile.write(raw)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
