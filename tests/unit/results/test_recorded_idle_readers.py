@@ -81,3 +81,18 @@ def test_guidellm_0_8_1_workers_slow_to_resend_are_said() -> None:
         "stage '0: concurrent x4': its 4 user(s) sat idle 0.69 s in all between a request's "
         "end and their next send (13 % of the stage's slot time; the longest 0.11 s, before "
         "send 20)")
+
+
+EVALSCOPE = RECORDINGS / "evalscope-1.14.1" / "sweep"
+
+
+def test_evalscope_closed_runs_idle_users_are_said() -> None:
+    # evalscope perf 1.14.1's own sweep (--parallel 1 2 --number 8 12): the parallel-1 run's
+    # user resent at once; in the parallel-2 run the first request ended at 0.100 s and the
+    # third went at 0.205 s (completed_time agrees), one of two slots idle 0.105 s
+    assert idle_notes(EVALSCOPE / "parallel_1_number_8") == []
+    notes = idle_notes(EVALSCOPE)
+    assert len(notes) == 1 and notes[0].startswith(
+        "stage 'parallel_2_number_12': its 2 user(s) sat idle 0.11 s in all between a "
+        "request's end and their next send (6 % of the stage's slot time; the longest 0.11 s, "
+        "before send 3)")
