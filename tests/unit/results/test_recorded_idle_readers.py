@@ -8,6 +8,7 @@ a copy of each with one request's send delayed (its user idle that long) gets it
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from kvbudget.results.recordings import read_recording
@@ -96,3 +97,23 @@ def test_evalscope_closed_runs_idle_users_are_said() -> None:
         "stage 'parallel_2_number_12': its 2 user(s) sat idle 0.11 s in all between a "
         "request's end and their next send (6 % of the stage's slot time; the longest 0.11 s, "
         "before send 3)")
+
+
+INFERENCE_PERF = RECORDINGS / "inference-perf-0.7.0" / "concurrent"
+
+
+def test_inference_perf_closed_stage_idle_users_are_said(tmp_path: Path) -> None:
+    # inference-perf 0.7.0's concurrent stages (concurrency 2 and 4) send at num_requests a
+    # second, capped: their users waited for their due times, offered at them, nothing said.
+    # The stage files without requested_rate make them closed loops, where that wait is idle
+    assert [s.load for s in read_recording(
+        INFERENCE_PERF / "per_request_lifecycle_metrics.json").stages] == ["capped", "capped"]
+    assert idle_notes(INFERENCE_PERF / "per_request_lifecycle_metrics.json") == []
+    shutil.copytree(INFERENCE_PERF, tmp_path / "concurrent")
+    for stage_file in (tmp_path / "concurrent").glob("stage_*_lifecycle_metrics.json"):
+        doc = json.loads(stage_file.read_text())
+        del doc["load_summary"]["requested_rate"]
+        stage_file.write_text(json.dumps(doc))
+    notes = idle_notes(tmp_path / "concurrent" / "per_request_lifecycle_metrics.json")
+    assert [n.split(":")[0] for n in notes] == ["stage 'stage 0", "stage 'stage 1"]
+    assert notes[0].startswith("stage 'stage 0: concurrency 2': its 2 user(s) sat idle 0.85 s")
