@@ -54,6 +54,7 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
@@ -342,6 +343,7 @@ def _timed(run: _Run, stage: RecordedStage, first_send_s: float,
     args, n = run.args, len(run.start)
     where = f"{run.label or run.db.name}: "
     warmup = args.get("warmup_num")
+    notes.extend(_idle_note(run, stage, warmup))
     if isinstance(warmup, int | float) and not isinstance(warmup, bool) and warmup > 0:
         notes.append(f"{where}its warm-up requests (--warmup-num {warmup:g}) are not in the "
                      "database: the simulated server starts idle" + (
@@ -364,6 +366,19 @@ def _timed(run: _Run, stage: RecordedStage, first_send_s: float,
         notes.append(f"{where}the database holds {counted(n, 'request')} of the {asked} "
                      "--number asked for (a run cut short?): replayed with those")
     return stage
+
+
+def _idle_note(run: _Run, stage: RecordedStage, warmup: Any) -> list[str]:
+    """The note of a closed run's users idle between a request's end and their next send
+    (``start_time``, stamped before the request is sent, and ``latency`` after it; NaN for
+    a failed one). Not for a run with warm-ups (``--warmup-num``): they held the first slots
+    and are not in the database, so the slots cannot be followed."""
+    if (stage.load != "closed" or not stage.max_concurrency
+            or (isinstance(warmup, int | float) and not isinstance(warmup, bool) and warmup > 0)):
+        return []
+    note = closed_loop_idle_note(stage.label, stage.max_concurrency, run.start,
+                                 run.start + run.e2e)
+    return [] if note is None else [note]
 
 
 def _placed(runs: list[_Run]) -> list[_Run]:

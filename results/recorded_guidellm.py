@@ -89,6 +89,7 @@ from kvbudget.results.recorded_guidellm_turns import (
     with_history,
     workload_conversations,
 )
+from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.errors import TraceError
@@ -558,6 +559,23 @@ def _cancelled_after_s(bench: Mapping[str, Any], stop: float) -> float:
     return math.inf
 
 
+def _idle_note(bench: Mapping[str, Any], stage: RecordedStage, listed: Mapping[str, int],
+               version: str, cols: _Columns, first: int) -> list[str]:
+    """The note of a closed stage's users idle between a request's end and their next send
+    (its rows from ``first`` on: ``request_start_time``, stamped as the backend sends it, and
+    ``request_end_time``). Not for a stage whose report leaves requests out (a sample, a cut,
+    0.2-0.3's warm-up and cool-down: the slots cannot be followed) or of conversations (a
+    later turn, ``turn_index`` above 0, waits its ``requeue_delay``, which the replay holds)."""
+    if (stage.load != "closed" or not stage.max_concurrency
+            or any(t is not None and t[1] > 0 for t in cols.turn[first:])
+            or _sample_note(bench, stage.label, listed, version)
+            or _unlisted_note(bench, stage.label, sum(listed.values()))):
+        return []
+    note = closed_loop_idle_note(stage.label, stage.max_concurrency, cols.start[first:],
+                                 cols.end[first:])
+    return [] if note is None else [note]
+
+
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
     """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
     if "args" not in bench or bench.get("request_samples") is not None:
@@ -684,6 +702,7 @@ def read_guidellm(path: Path, default_tier: str,
         after = ("after_limit" if stop is not None and not bench.get("cooldown_duration")
                  else "cooldown")
         listed: dict[str, int] = {}
+        first = len(cols.start)
         for kind in KINDS:
             rows = bench["requests"].get(kind) or []
             if not isinstance(rows, list):
@@ -703,6 +722,7 @@ def read_guidellm(path: Path, default_tier: str,
                          cancelled_when=cut_words(stage))):
             if note:
                 notes.append(note)
+        notes.extend(_idle_note(bench, stage, listed, version, cols, first))
     return _recording(path, doc, benchmarks, version, cols, stages, counts, notes,
                       default_tier, max_output_rule)
 

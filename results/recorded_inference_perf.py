@@ -54,6 +54,7 @@ from kvbudget.results.recorded_guidellm_turns import (
     with_history,
     workload_conversations,
 )
+from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_inference_perf_prefix import (
     inference_perf_prefix,
     shared_prefix_settings,
@@ -236,6 +237,11 @@ def read_inference_perf(path: Path, default_tier: str,
             members = np.array([lab == stage.label for lab in labels])
             stages[k] = _concurrent_due(stage, members, sent,
                                         sent + np.array([r[4] for r in rows]), seed, due, notes)
+        elif stage.load == "closed" and stage.max_concurrency:
+            members = np.array([lab == stage.label for lab in labels])
+            idle = closed_loop_idle_note(stage.label, stage.max_concurrency, sent[members],
+                                         (sent + np.array([r[4] for r in rows]))[members])
+            notes.extend([idle] if idle else [])
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
     turns = [_turn(req) for req in doc]

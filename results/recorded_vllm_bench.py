@@ -48,6 +48,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
 )
+from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
@@ -462,6 +463,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     if starts is not None and np.isfinite(starts).all():
         sent = starts - float(starts.min())
         stage = _self_timed(path, doc, line, stage, sent, e2e, notes)
+        notes.extend(_idle_note(stage, sent, np.where(failed, np.nan, e2e), where))
         arrival = _offered(path, doc, line, stage, sent, notes)
         clock_s = float(starts.min()) + float(arrival.min())
         sent = sent - float(arrival.min())
@@ -484,6 +486,18 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
                 ttft=np.where(failed, np.nan, ttft), e2e=np.where(failed, np.nan, e2e),
                 itl_mean=itl_mean, failed=failed, arrival=arrival, sent=sent, stage=stage,
                 max_tokens=_recorded_max_tokens(path, doc, line), clock_s=clock_s)
+
+
+def _idle_note(stage: RecordedStage, sent: FloatArray, e2e: FloatArray,
+               where: str) -> list[str]:
+    """The note of a closed stage's users idle between a request's end and their next send
+    (``sent`` the ``start_times``, stamped as each request is sent: vLLM 0.32.0
+    vllm/benchmarks/lib/endpoint_request_func.py, ``st = time.perf_counter()`` before the
+    POST; it ends ``e2e`` later, NaN for a failed one)."""
+    if stage.load != "closed" or not stage.max_concurrency:
+        return []
+    note = closed_loop_idle_note(_label(stage), stage.max_concurrency, sent, sent + e2e)
+    return [] if note is None else [where + note]
 
 
 WINDOW_SAID = 0.01
