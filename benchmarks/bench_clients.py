@@ -1,9 +1,11 @@
 """What client retries do under overload: the effect table of issue 21.
 
 The default scenario's traffic (Llama-3.1-8B on one H100-80GB; 70 % interactive, 30 % batch
-with long generations) at about 1.3x the rate the server sustains, for ``--duration`` seconds.
-The sustained rate is measured first: the completions per second of the ``unlimited`` policy
-at 1.5x the default rate (the server saturated the whole run). The gateway is ``conservative``
+with long generations) offered at 1.3x a reference rate (``--load``), for ``--duration``
+seconds. The reference rate is measured first: the completions per second of the ``unlimited``
+policy flooded at 1.5x the default rate (the server saturated the whole run), whose preemptions
+waste work; it is not the server's limit (behind ``conservative`` the same server completes
+more: every goodput of the table is above it). The gateway is ``conservative``
 with ``batch_on_overload = "reject"``: a batch request that does not fit is refused at once
 with ``Overloaded(retryable=True)``. Interactive requests wait at the gateway (10 s) and never
 retry. Then, with the same arrivals (same seed), the batch clients are:
@@ -38,7 +40,7 @@ from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import Scenario, default_scenario
 
 SATURATING_RPS = 21.0
-"""The load that saturates the server when its sustained rate is measured: 1.5x the default
+"""The load that saturates the server when the reference rate is measured: 1.5x the default
 scenario's 14 req/s of before issue 36 (the figures in docs/clients.md were measured so; the
 default is now 5.5 req/s, near the knee, which would measure a different, less saturated rate)."""
 
@@ -61,8 +63,8 @@ def _run(scn: Scenario, clients: tuple[tuple[str, ClientModel], ...]) -> tuple[R
 
 
 def sustained_rps(duration_s: float, seed: int) -> float:
-    """Completions per second of the saturated server (unlimited policy at
-    :data:`SATURATING_RPS`)."""
+    """The reference rate: completions per second of the ``unlimited`` policy flooded at
+    :data:`SATURATING_RPS` (its preemptions waste work: not the server's limit)."""
     scn = _scenario(SATURATING_RPS, duration_s, seed, "unlimited", {})
     result, _ = _run(scn, ())
     return float(result.summary["overall"]["completed"] / result.summary["duration_s"])
@@ -112,11 +114,11 @@ def effect_rows(capacity_rps: float, duration_s: float, load: float, seed: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=600.0)
-    ap.add_argument("--load", type=float, default=1.3, help="offered / sustained rate")
+    ap.add_argument("--load", type=float, default=1.3, help="offered / reference rate")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     capacity = sustained_rps(args.duration, args.seed)
-    print(f"sustained: {capacity:.2f} req/s; offered: {args.load * capacity:.2f} req/s "
+    print(f"reference: {capacity:.2f} req/s; offered: {args.load * capacity:.2f} req/s "
           f"({args.load}x) for {args.duration:.0f} s, seed {args.seed}")
     rows = effect_rows(capacity, args.duration, args.load, args.seed)
     widths = [max(len(str(r[k])) for r in [HEADER, *rows]) for k in range(len(HEADER))]

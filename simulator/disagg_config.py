@@ -209,8 +209,11 @@ def _pool(where: str, table: Mapping[str, Any] | None, engine: Mapping[str, Any]
                              f"{', '.join(sorted(known))}")
     try:
         knobs = EngineConfig(**{**engine, **table["engine"]})
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"disaggregation.{where}.engine: {exc}") from None
+    except (TypeError, ValueError) as exc:  # a message naming engine.KNOB: the pool's KNOB
+        text = str(exc)
+        if text.startswith("engine."):
+            raise ValueError(f"disaggregation.{where}.{text}") from None
+        raise ValueError(f"disaggregation.{where}.engine: {text}") from None
     return PoolConfig(table["num_replicas"], table["gpu"], knobs, table["router"])
 
 

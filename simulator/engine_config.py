@@ -209,15 +209,15 @@ class EngineConfig:
         if self.name == "vllm-swap" and self.enable_prefix_caching:
             raise ValueError("enable_prefix_caching is not modelled with swap preemption")
         if self.speculative_config is not None and self.kv_offloading_size is not None:
-            raise ValueError("engine.speculative_config with kv_offloading_size is not modelled "
-                             "together yet: give one of them")
+            raise ValueError("engine.speculative_config with engine.kv_offloading_size is not "
+                             "modelled together yet: give one of them")
         self._check_offloading()
 
     def _check_offloading(self) -> None:
         """vLLM's KV offloading knobs (``kv_offloading_size`` GiB, ``kv_offloading_backend``):
         the native CPU tier of vLLM v1 (:mod:`kvbudget.simulator.kv_offload`)."""
         if self.kv_offloading_backend not in KV_OFFLOADING_BACKENDS:
-            raise ValueError(f"kv_offloading_backend must be one of "
+            raise ValueError(f"engine.kv_offloading_backend must be one of "
                              f"{', '.join(KV_OFFLOADING_BACKENDS)}, got "
                              f"{self.kv_offloading_backend!r}")
         size = self.kv_offloading_size
@@ -225,18 +225,18 @@ class EngineConfig:
             return
         if isinstance(size, bool) or not isinstance(size, int | float) or not 0 < size <= (
                 MAX_SWAP_SPACE_GIB):
-            raise ValueError(f"kv_offloading_size must be in (0, {MAX_SWAP_SPACE_GIB:g}] GiB, "
-                             f"got {size!r}")
+            raise ValueError(f"engine.kv_offloading_size must be in (0, "
+                             f"{MAX_SWAP_SPACE_GIB:g}] GiB, got {size!r}")
         if self.kv_offloading_backend != "native":
-            raise ValueError("kv_offloading_backend 'lmcache' is not modelled (its store is a "
-                             "separate LMCache server; vLLM does not pass it kv_offloading_size): "
-                             "use 'native'")
+            raise ValueError("engine.kv_offloading_backend 'lmcache' is not modelled (its store "
+                             "is a separate LMCache server; vLLM does not pass it "
+                             "kv_offloading_size): use 'native'")
         if self.name != "vllm":
-            raise ValueError(f"kv_offloading_size is vLLM v1's CPU offloading; engine "
+            raise ValueError(f"engine.kv_offloading_size is vLLM v1's CPU offloading; engine "
                              f"{self.name!r} has none modelled")
         if self.enable_prefix_caching is False:
-            raise ValueError("kv_offloading_size needs enable_prefix_caching: the CPU tier is "
-                             "keyed by the prefix cache's block hashes")
+            raise ValueError("engine.kv_offloading_size needs engine.enable_prefix_caching: the "
+                             "CPU tier is keyed by the prefix cache's block hashes")
 
     def check_offloading_fits(self, gpu: GPUSpec) -> None:
         """``kv_offloading_size`` (the total over the tensor-parallel ranks, as vLLM reads it)

@@ -15,7 +15,7 @@ from kvbudget.perf.kv_capacity import (
     legacy_num_gpu_blocks,
     num_gpu_blocks,
 )
-from kvbudget.perf.models import ModelSpec, get_model
+from kvbudget.perf.models import ModelConfigError, ModelSpec, get_model
 from kvbudget.perf.roofline import RooflineCostModel
 from kvbudget.perf.speculative import check_draft_vocab_size
 from kvbudget.perf.step_time import VllmStepModel
@@ -162,12 +162,22 @@ class SimConfig:
             raise ValueError(
                 f"frontend_overhead_s must be >= 0, got {self.frontend_overhead_s!r}"
             )
-        spec = get_gpu(self.gpu)  # its errors name the preset or the file
+        try:  # the lookups name the preset or the file; a preset's field is named here, as
+            spec = get_gpu(self.gpu)  # fleet.gpus.N and disaggregation.POOL.gpu are
+        except ValueError as exc:  # a GPU file's errors lead with the file and its field
+            if str(self.gpu).endswith((".json", ".toml")):
+                raise
+            raise ValueError(_in_field("gpu", exc)) from None
         try:
             self.engine.check_offloading_fits(spec)
         except ValueError as exc:
             raise ValueError(f"engine.{exc}") from None
-        model = get_model(self.model)  # its errors name the preset or the file
+        try:
+            model = get_model(self.model)
+        except ModelConfigError:
+            raise  # a config.json's: it leads with the file and its field
+        except ValueError as exc:
+            raise ValueError(_in_field("model", exc)) from None
         try:
             model.check_tensor_parallel(self.engine.tensor_parallel_size)
         except ValueError as exc:
@@ -334,3 +344,10 @@ def gateway_config(config: SimConfig, capacity_tokens: int,
         front_door=config.front_door,
         max_request_tokens=max_request_tokens,
     )
+
+
+def _in_field(field: str, exc: ValueError) -> str:
+    """``exc``'s message led by the field it is about (``gpu: unknown GPU preset ...``), once:
+    a message that already names it (``model: empty name``) is kept as it is."""
+    text = str(exc)
+    return text if text.startswith(f"{field}: ") else f"{field}: {text}"

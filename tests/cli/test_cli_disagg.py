@@ -43,6 +43,10 @@ BOTH = ["--set", "disaggregation.prefill.num_replicas=1",
     (["--gpu", "H100-SXM", "--set", "engine.kv_offloading_size=300"],
      "error: engine.kv_offloading_size 300 GiB is more than the host memory of the replica's "
      "1 GPU(s) (256 GiB: 256 GiB per H100-SXM, GPUSpec.host_memory_bytes)"),
+    # a pool's engine knob by its own path (was "disaggregation.decode.engine: kv_offloading_...")
+    ([*BOTH, "--set", 'disaggregation.decode.engine.kv_offloading_backend="disk"'],
+     "error: disaggregation.decode.engine.kv_offloading_backend must be one of native, lmcache, "
+     "got 'disk'"),
     ([*BOTH, "--set", "disaggregation.decode.engine.kv_offloading_size=64"],
      "error: disaggregation.decode.engine.kv_offloading_size: not modelled with disaggregated "
      "serving yet"),

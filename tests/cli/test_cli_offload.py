@@ -15,8 +15,16 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(("engine", "needle"), [
     ("kv_offloading_size = -1", "engine.kv_offloading_size: input should be greater than 0"),
+    # each named the knob without the engine. that --set takes ("kv_offloading_backend must")
     ('kv_offloading_size = 8\nkv_offloading_backend = "disk"',
-     "kv_offloading_backend must be one of native, lmcache, got 'disk'"),
+     ": engine.kv_offloading_backend must be one of native, lmcache, got 'disk'"),
+    ('kv_offloading_size = 8\nkv_offloading_backend = "lmcache"',
+     ": engine.kv_offloading_backend 'lmcache' is not modelled"),
+    ('kv_offloading_size = 8\nname = "sglang"',
+     ": engine.kv_offloading_size is vLLM v1's CPU offloading; engine 'sglang'"),
+    ("kv_offloading_size = 8\nenable_prefix_caching = false",
+     ": engine.kv_offloading_size needs engine.enable_prefix_caching"),
+    ("kv_offloading_size = 100000", ": engine.kv_offloading_size must be in (0, 65536] GiB"),
     ("kv_offloading_size = 300",
      "engine.kv_offloading_size 300 GiB is more than the host memory of the replica's 1 GPU(s) "
      "(256 GiB: 256 GiB per H100-SXM"),

@@ -80,8 +80,12 @@ def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
     [
         (["simulate", "--policy", "greedy"], "unknown policy 'greedy'"),
         (["compare", "--policies", "conservative,nope"], "unknown policy 'nope'"),
-        (["simulate", "--gpu", "B300"], "unknown GPU preset 'B300'"),
-        (["simulate", "--model", "gpt-9"], "unknown model preset 'gpt-9'"),
+        (["simulate", "--gpu", "B300"], "gpu: unknown GPU preset 'B300'"),
+        (["simulate", "--model", "gpt-9"], "model: unknown model preset 'gpt-9'"),
+        # the field was not named (fleet.gpus.1 and disaggregation.decode.gpu were)
+        (["simulate", "--set", "gpu=H10"], "error: gpu: unknown GPU preset 'H10' (did you"),
+        (["simulate", "--set", "model=Llama-3.1-8X"],
+         "error: model: unknown model preset 'Llama-3.1-8X' (did you"),
         (["simulate", "--num-gpu-blocks", "-5"], "num_gpu_blocks"),
         (["simulate", "--max-num-seqs", "0"], "max_num_seqs"),
         (["simulate", "--set", "workload.arrival.rate_rps=-1"], "rate_rps"),
@@ -112,6 +116,19 @@ def test_scenario_file_with_a_wrong_field_names_the_file_and_field(tmp_path: Pat
     missing = tmp_path / "missing.toml"
     code, _, stderr = run("simulate", "--scenario", str(missing))
     assert code == 2 and "no such scenario file" in stderr
+
+
+@pytest.mark.parametrize(("key", "value"), [("gpu", "H10"), ("model", "Llama-3.1-8X")])
+def test_a_scenario_files_unknown_preset_names_the_file_and_key(
+        tmp_path: Path, key: str, value: str) -> None:
+    # it named the file and the preset, not the key: "bad.toml: unknown GPU preset 'H10'"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'policy = "conservative"\n{key} = "{value}"\n'
+                   '[workload]\nkind = "synthetic"\n')
+    code, _, stderr = run("simulate", "--scenario", str(bad))
+    assert code == 2 and "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: {key}: unknown "), stderr
 
 
 def test_scenario_file_runs_a_trace(tmp_path: Path, shared: Path) -> None:

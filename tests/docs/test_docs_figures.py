@@ -124,6 +124,19 @@ def test_models_table_figures() -> None:
     assert not problems, "docs/models.md presets table: stale rows\n" + "\n".join(problems)
 
 
+def test_models_provenance_names_shared_files_as_the_docs_do() -> None:
+    """docs/models.md's "config copied from" column names a file of the shared data folder as
+    every page does, ``../shared/...`` from the repository (it showed a machine's
+    ``/work/shared/bench/...``), and that file is there."""
+    from tests.benchmarks.doc_figures import table_rows
+
+    text = (REPO / "docs" / "models.md").read_text()
+    cells = [row[1] for row in table_rows(text, "| preset | config copied from |")]
+    assert not [c for c in cells if "/work/" in c], "a machine path in the provenance table"
+    shared = [p for c in cells for p in re.findall(r"\.\./shared/(\S+)", c)]
+    assert shared and all((SHARED / p).is_file() for p in shared), shared
+
+
 @pytest.mark.skipif(not (SHARED / "traces" / "servegen").is_dir(), reason="needs ../shared")
 def test_workloads_servegen_fitted_rates() -> None:
     """docs/workloads.md, ServeGen: chunk 143's Weibull window at 600 s (the rate its fit's mean

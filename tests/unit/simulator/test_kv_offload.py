@@ -212,12 +212,18 @@ def test_the_tier_pays_on_a_prefix_heavy_workload() -> None:
 
 
 @pytest.mark.parametrize(("knobs", "message"), [
-    ({"kv_offloading_size": -1.0}, "kv_offloading_size must be in (0, 65536] GiB, got -1.0"),
-    ({"kv_offloading_size": 0}, "kv_offloading_size must be in"),
-    ({"kv_offloading_backend": "disk"}, "kv_offloading_backend must be one of native, lmcache"),
-    ({"kv_offloading_size": 1.0, "kv_offloading_backend": "lmcache"}, "'lmcache' is not modelled"),
-    ({"kv_offloading_size": 1.0, "name": "sglang"}, "engine 'sglang' has none modelled"),
-    ({"kv_offloading_size": 1.0, "enable_prefix_caching": False}, "needs enable_prefix_caching"),
+    # each names the knob as --set takes it (engine.KNOB)
+    ({"kv_offloading_size": -1.0},
+     "^engine.kv_offloading_size must be in (0, 65536] GiB, got -1.0"),
+    ({"kv_offloading_size": 0}, "^engine.kv_offloading_size must be in"),
+    ({"kv_offloading_backend": "disk"},
+     "^engine.kv_offloading_backend must be one of native, lmcache"),
+    ({"kv_offloading_size": 1.0, "kv_offloading_backend": "lmcache"},
+     "^engine.kv_offloading_backend 'lmcache' is not modelled"),
+    ({"kv_offloading_size": 1.0, "name": "sglang"},
+     "^engine.kv_offloading_size .* engine 'sglang' has none modelled"),
+    ({"kv_offloading_size": 1.0, "enable_prefix_caching": False},
+     "^engine.kv_offloading_size needs engine.enable_prefix_caching"),
 ])
 def test_bad_offloading_knobs_are_refused(knobs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
