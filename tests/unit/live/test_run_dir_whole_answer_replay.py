@@ -30,7 +30,7 @@ from kvbudget.results.recorded_whole_answer import BURST_ITL_S, whole_answer_row
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_parts import REQUESTS_PART
 from kvbudget.workloads import from_columns
-from tests.unit.live.fake_models import ModelsHandler
+from tests.unit.live.fake_models import ModelsHandler, serving
 
 WAIT_S = 60.0  # a bound on the held stream's wait; it ends at once at teardown
 HELD, OTHER = 200, 199  # max_tokens of request 0 (held) and of request 1
@@ -82,15 +82,8 @@ class _Server(ThreadingHTTPServer):
 @pytest.fixture
 def url() -> Iterator[str]:
     server = _Server()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    yield f"http://{host!s}:{port}"
-    server.other_arrived.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(server, server.other_arrived.set) as at:
+        yield at
 
 
 def test_a_replays_run_directory_finds_the_answer_read_at_once_that_tpot_misses(

@@ -38,7 +38,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.validate import compare_live_run
 from kvbudget.workloads import Workload, from_columns
-from tests.unit.live.fake_models import ModelsHandler
+from tests.unit.live.fake_models import ModelsHandler, serving
 
 WAIT_S = 60.0  # a bound on a held stream's wait; it ends at once at teardown
 # max_tokens: requests 0 and 2 held until 1 and 3 come; 1 and 3 whole in one write
@@ -98,16 +98,8 @@ class _Server(ThreadingHTTPServer):
 @pytest.fixture
 def url() -> Iterator[str]:
     server = _Server()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    yield f"http://{host!s}:{port}"
-    for event in server.arrived.values():
-        event.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(server, lambda: [event.set() for event in server.arrived.values()]) as at:
+        yield at
 
 
 def _part_gaps(out: Path) -> dict[int, list[float]]:
