@@ -103,15 +103,20 @@ def test_the_notebooks_name_folders_and_docs_that_exist() -> None:
             assert (REPO / name).exists(), f"{path.name}: {name}"
 
 
+def prose_and_code(name: str) -> tuple[str, str]:
+    """A notebook's markdown as one line of words, and its code cells' source."""
+    nb = nbformat.read(REPO / "notebooks" / name, as_version=4)  # type: ignore[no-untyped-call]
+    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    return text, "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+
 def test_the_tail_latency_notebook_says_its_load_and_what_its_p99_is() -> None:
     """Notebook 01 offered about 34 req/s to a GPU that completes about 21 ("enough to
     saturate"), and read the interactive p99 TTFT of 10 s behind a gateway as a tail that
     "shrinks": it is the admission deadline (the expired requests have no TTFT). Its first
     cell says how far past capacity the load is and its reading says the p99 is the deadline,
     each with the figure a cell asserts."""
-    nb = nbformat.read(REPO / "notebooks" / "01_tail_latency.ipynb", as_version=4)  # type: ignore[no-untyped-call]
-    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text, code = prose_and_code("01_tail_latency.ipynb")
     assert "far past what the GPU sustains" in text and "about 21 req/s" in text
     assert "abs(served_rps - 21) < 1" in code
     assert "as many as 30 % of the interactive requests" in text
@@ -123,9 +128,7 @@ def test_the_tail_latency_notebook_says_its_load_and_what_its_p99_is() -> None:
 def test_the_kv_timeline_notebook_says_what_its_cell_checks_of_the_reserved_line() -> None:
     """Notebook 02 said the conservative run's reserved line "sits at the capacity" (it
     averages 90 % of it) with no cell checking it: the text gives the bound a cell asserts."""
-    nb = nbformat.read(REPO / "notebooks" / "02_kv_timeline.ipynb", as_version=4)  # type: ignore[no-untyped-call]
-    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text, code = prose_and_code("02_kv_timeline.ipynb")
     assert "sits at the capacity" not in text
     assert "near the capacity (above 85 % of it on average)" in text
     assert 'assert reserved["conservative"] > 0.85' in code
@@ -137,9 +140,7 @@ def test_the_tuning_notebook_checks_the_engine_its_introduction_names() -> None:
     """Notebook 04 said its in-process grid ran "on an H100-80GB with Llama-3.1-8B and 3,000
     KV blocks (48,000 tokens" with no cell checking it (notebook 02 checks its own copy of the
     setting, not this one): the grid's cell asserts each figure the text gives."""
-    nb = nbformat.read(REPO / "notebooks" / "04_tuning.ipynb", as_version=4)  # type: ignore[no-untyped-call]
-    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text, code = prose_and_code("04_tuning.ipynb")
     assert "H100-80GB with Llama-3.1-8B and 3,000 KV blocks (48,000 tokens" in text
     assert 'assert (config.gpu, config.model) == ("H100-80GB", "Llama-3.1-8B")' in code
     assert "assert config.resolved_num_gpu_blocks() * 16 == 48_000" in code
@@ -149,9 +150,7 @@ def test_the_sim_vs_real_notebook_checks_the_cost_model_its_introduction_names()
     """Notebook 03 says a measured run without ``KVBUDGET_COST_MODEL`` is simulated with the
     presets' default step model (``vllm-v1``), and with the stand-in the roofline: a cell
     asserted the roofline only. It asserts both now."""
-    nb = nbformat.read(REPO / "notebooks" / "03_sim_vs_real.ipynb", as_version=4)  # type: ignore[no-untyped-call]
-    text = " ".join(" ".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    text, code = prose_and_code("03_sim_vs_real.ipynb")
     assert "the default is the GPU and model presets' default step model (`vllm-v1`" in text
     assert 'assert simulated.summary["cost_model"]["kind"] == "vllm-v1"' in code
     assert 'assert simulated.summary["cost_model"]["kind"] == "roofline"' in code
