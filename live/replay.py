@@ -130,7 +130,8 @@ class ReplayConfig:
     ``clients``: ``(tier, ClientModel)`` pairs: what each tier's client does with answers
     (a tier not named has ``no-retry``; none at all replays as before client models).
     ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
-    instead of at the trace's times (each request's ``arrival_s`` is when it was sent).
+    instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
+    capped, time-limited or conversational loop is refused (simulated, not replayed).
     """
 
     target: ServerTarget
@@ -174,6 +175,11 @@ class ReplayConfig:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
                              "time-limited loop is simulated, not replayed")
+        if self.closed_loop is not None and self.closed_loop.conversations is not None:
+            # its users take the requests in order and never wait for a turn's previous one
+            raise ValueError("closed_loop: the live replay sends no conversations (a later "
+                             "turn waiting for the one before it): a recording of "
+                             "conversations is simulated, not replayed")
 
 
 @dataclass(eq=False)
