@@ -55,6 +55,7 @@ from kvbudget.studies.sweep import (
     SweepPlan,
     check_study_args,
     execute_stored,
+    metric_range,
     plan_runs,
     replication_seeds,
     rows_to_frame,
@@ -379,7 +380,8 @@ def _result(s: _Search, spec: CapacitySpec, gpus: int) -> PolicyCapacity:
     rows = s.seen[s.lo]
     rate = _rate_at(rows)
     hi_rate = _rate_at(s.seen[s.hi]) if s.hi is not None else math.inf
-    att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence)
+    att = t_interval([_f(r.get(spec.metric)) for r in rows], spec.confidence,
+                     metric_range(spec.metric))
     band = None if spec.interval is None else world_interval(s, spec)
     note = "; ".join(n for n in (s.note, burst_note(rows)) if n)
     return PolicyCapacity(s.policy, rate, rate / gpus, s.lo, (rate, hi_rate), att,

@@ -79,6 +79,7 @@ from kvbudget.studies.sweep import (
     check_study_args,
     execute_stored,
     expand_grid,
+    metric_range,
     plan_runs,
     replication_seeds,
     rows_to_frame,
@@ -351,7 +352,8 @@ class PlanResult:
             if s.interval is not None:
                 row["replicas_low"], row["replicas_high"] = replicas_interval(c, s)
             for m in metrics:
-                mean, low, high = t_interval([_f(r.get(m)) for r in c.rows], s.confidence)
+                mean, low, high = t_interval([_f(r.get(m)) for r in c.rows], s.confidence,
+                                             metric_range(m))
                 row[m], row[f"{m}_low"], row[f"{m}_high"] = mean, low, high
             row["note"] = c.note
             rows.append(row)

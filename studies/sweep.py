@@ -740,10 +740,21 @@ def check_study_args(replications: Any, confidence: Any) -> None:
         raise ValueError(f"confidence must be in (0, 1) (0.95 for 95 %), got {confidence!r}")
 
 
+def metric_range(column: str) -> tuple[float, float]:
+    """The values a runs-table metric can take: every summary figure is a count, a time, a
+    rate or a fraction, so none is below 0, and an attainment or a ``_fraction`` is at most 1.
+    A t interval over few replications reaches past them (two runs of p99 TTFT 0.2 and 1.0 s:
+    -4.9 to 6.1 s); :func:`t_interval` cuts it there."""
+    last = column.rsplit("_", 1)[-1]
+    return (0.0, 1.0) if last in ("attainment", "fraction") else (0.0, math.inf)
+
+
 def t_interval(values: Sequence[float] | np.ndarray[Any, Any],
-               confidence: float = 0.95) -> tuple[float, float, float]:
+               confidence: float = 0.95,
+               within: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float]:
     """``(mean, low, high)``: Student's t interval for the mean of independent replications
-    (NaN bounds with fewer than two finite values)."""
+    (NaN bounds with fewer than two finite values), cut to ``within`` (the metric's range:
+    :func:`metric_range`)."""
     from scipy import stats
 
     v = np.asarray(values, dtype=np.float64)
@@ -754,7 +765,7 @@ def t_interval(values: Sequence[float] | np.ndarray[Any, Any],
     if v.size < 2:
         return mean, math.nan, math.nan
     half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
-    return mean, mean - half, mean + half
+    return mean, max(within[0], mean - half), min(within[1], mean + half)
 
 
 def summarize_points(
@@ -787,7 +798,8 @@ def summarize_points(
         row.update({c: first[c] for c in keep})
         row["replications"] = len(g)
         for m in metrics:
-            mean, low, high = t_interval(g[m].to_numpy(dtype=np.float64), confidence)
+            mean, low, high = t_interval(g[m].to_numpy(dtype=np.float64), confidence,
+                                         metric_range(m))
             row[f"{m}_mean"], row[f"{m}_low"], row[f"{m}_high"] = mean, low, high
         rows.append(row)
     return pd.DataFrame(rows)

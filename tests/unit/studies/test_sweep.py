@@ -28,6 +28,7 @@ from kvbudget.studies.sweep import (
     replication_seeds,
     run_sweep,
     scale_rate,
+    metric_range,
     summarize_points,
     t_interval,
 )
@@ -207,6 +208,21 @@ def test_summarize_points_gives_t_intervals(table: pd.DataFrame) -> None:
     # t interval: 2 values a, b -> mean +- t(0.975, 1) * |a - b| / 2
     half = 12.706204736174707 * abs(runs[0] - runs[1]) / 2
     assert high - mean == pytest.approx(half)
+
+
+def test_intervals_stay_within_what_a_metric_can_take() -> None:
+    # two replications give t(0.975, 1) = 12.7 half-widths: p99 TTFT 0.2 and 1.0 s read
+    # "-4.5 .. 5.7 s", attainment 0.8 and 1.0 "-0.37 .. 2.17"
+    df = pd.DataFrame({"point": [0, 0], "interactive_ttft_p99_s": [0.2, 1.0],
+                       "overall_slo_attainment": [0.8, 1.0], "kv_used_mean_fraction": [0.9, 1.0]})
+    row = summarize_points(df, list(df.columns[1:])).iloc[0]
+    assert (row["interactive_ttft_p99_s_low"], row["interactive_ttft_p99_s_high"]) == (
+        0.0, pytest.approx(0.6 + 12.706204736174707 * 0.4))
+    assert (row["overall_slo_attainment_low"], row["overall_slo_attainment_high"]) == (0.0, 1.0)
+    assert row["kv_used_mean_fraction_high"] == 1.0
+    assert metric_range("overall_goodput_rps") == (0.0, math.inf)
+    mean, low, high = t_interval([0.2, 1.0])  # uncut without a range: a difference may be < 0
+    assert low < 0 < high and mean == pytest.approx(0.6)
 
 
 def test_presets_are_grid_axes() -> None:
