@@ -9,9 +9,10 @@ from typing import Any
 
 from kvbudget.perf.models import ModelSpec
 
-SERVER_NAMES = {"sglang": "SGLang", "tgi": "TGI", "trtllm": "TensorRT-LLM"}
+SERVER_NAMES = {"sglang": "SGLang", "tgi": "TGI", "trtllm": "TensorRT-LLM", "vllm": "vLLM"}
 """The recording's ``server_engine`` (the kvbudget engine that models that server: SGLang's
-from its ``server_info``, its ``--backend sglang`` or its model list; any of these from the
+from its ``server_info``, its ``--backend sglang`` or its model list; genai-bench's
+``--server-engine``; any of these from the
 words of the server's refusals for the model's context,
 :func:`kvbudget.results.recorded_refusals.context_refusals`) and the server's own name, as
 the settings line says it."""

@@ -16,8 +16,8 @@ simulated, and a closed loop it held is replayed at the recorded sends: :func:`_
 
 The load mode and the server configuration come from ``profile_export_aiperf.json`` beside it
 when present (``input_config``: ``phases`` with ``type`` ``concurrency`` / ``request_rate``,
-``concurrency``, ``rate`` (``request_rate`` in earlier versions); ``models``; ``endpoint.extra`` with ``ignore_eos`` and
-``max_tokens``; ``endpoint.urls``, several a fleet behind round robin (:func:`_fleet`);
+``concurrency``, ``rate`` (``request_rate`` in earlier versions); ``models``; ``endpoint.extra`` (``input.extra``, pairs, in AIPerf's first summaries) with
+``ignore_eos`` and ``max_tokens``; ``endpoint.urls``, several a fleet behind round robin (:func:`_fleet`);
 ``aiperf_version``); without it the stage's load is ``unknown``.
 """
 
@@ -36,6 +36,7 @@ from kvbudget.results.recorded_aiperf_gpu import telemetry_gpu
 from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_conversations,
     aiperf_history,
+    aiperf_max_tokens,
     aiperf_prefix,
 )
 from kvbudget.results.recorded_fields import (
@@ -612,13 +613,14 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     tokenizer = dig(summary, "input_config", "tokenizer", "name")  # --tokenizer
     if isinstance(tokenizer, str) and tokenizer.strip():
         config["tokenizer"] = tokenizer
-    extra = dig(summary, "input_config", "endpoint", "extra") or {}
-    if isinstance(extra, dict):
-        if isinstance(extra.get("ignore_eos"), bool):
-            config["ignore_eos"] = extra["ignore_eos"]
-        mt = extra.get("max_tokens")
-        if isinstance(mt, int) and not isinstance(mt, bool) and mt >= 1:
-            config["max_tokens"] = mt
+    extra = _extra_inputs(summary)
+    if isinstance(extra.get("ignore_eos"), bool):
+        config["ignore_eos"] = extra["ignore_eos"]
+    mt = extra.get("max_tokens")
+    if isinstance(mt, int) and not isinstance(mt, bool) and mt >= 1:
+        config["max_tokens"] = mt
+    elif (osl := _fixed_osl(summary)) is not None:
+        config["max_tokens"] = osl
     names = dig(summary, "input_config", "endpoint", "model_names")  # AIPerf before models
     if "model" not in config and isinstance(names, list) and names:
         if len(names) > 1:
@@ -630,6 +632,50 @@ def _config(path: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     config["gpu"] = telemetry_gpu(summary)[0]
     config.update(_fleet(path, summary))
     return {k: v for k, v in config.items() if v is not None}
+
+
+def _fixed_osl(summary: Mapping[str, Any]) -> int | None:
+    """The ``max_tokens`` every request of synthetic data was sent with where its output length
+    was fixed (stddev 0), else None. AIPerf sets each turn's ``max_tokens`` to a draw of the
+    output length, ``ceil`` of a normal draw, the mean itself at stddev 0 (0.1.1
+    ``aiperf/dataset/composer/base.py:59-70`` ``_set_max_tokens``, ``dataset/utils.py:113-124``;
+    0.13.0 the same from the dataset's ``osl``): the summary keeps it as
+    ``input_config.input.prompt.output_tokens`` (0.1.x, data from no ``--input-file``) or a
+    synthetic dataset's ``prompts.osl`` (0.13, one dataset)."""
+    dists = []
+    old = dig(summary, "input_config", "input", "prompt", "output_tokens")
+    if isinstance(old, Mapping) and dig(summary, "input_config", "input", "file") is None:
+        dists.append(old)
+    datasets = dig(summary, "input_config", "datasets")
+    if isinstance(datasets, list) and len(datasets) == 1 and isinstance(datasets[0], Mapping) \
+            and datasets[0].get("type") == "synthetic":
+        osl = dig(datasets[0], "prompts", "osl")
+        dists += [osl] if isinstance(osl, Mapping) else []
+    for dist in dists:
+        mean, stddev = dist.get("mean"), dist.get("stddev")
+        if isinstance(mean, int | float) and not isinstance(mean, bool) and mean >= 1 and \
+                stddev in (0, 0.0):
+            return math.ceil(mean)
+    return None
+
+
+def _extra_inputs(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--extra-inputs`` every request carried in its body: ``input_config.endpoint.extra``,
+    a dict (AIPerf 0.13.0 ``config/endpoint.py``, ``extra: dict[str, Any]``), or in AIPerf's
+    first summaries ``input_config.input.extra``, a list of ``[name, value]`` pairs (AIPerf
+    0.1.1 ``aiperf/common/config/input_config.py:75-89``, ``extra`` parsed by
+    ``parse_str_or_dict_as_tuple_list``, ``config_validators.py:113``). AIPerf merged either
+    into each body with ``payload.update(extra)`` (0.1.1 ``clients/openai/openai_chat.py:37``,
+    ``openai_completions.py:29``): a later pair of one name wins, as ``dict`` does."""
+    extra = dig(summary, "input_config", "endpoint", "extra")
+    if extra is None:
+        extra = dig(summary, "input_config", "input", "extra")
+    if isinstance(extra, dict):
+        return dict(extra)
+    if isinstance(extra, list):
+        return {p[0]: p[1] for p in extra
+                if isinstance(p, list | tuple) and len(p) == 2 and isinstance(p[0], str)}
+    return {}
 
 
 def _urls(summary: Mapping[str, Any]) -> list[str]:
@@ -1033,7 +1079,9 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     sent, arrival, stage = _due_times(summary, stage, start, end, issued, status, notes)
     stage = _turns_held(records, summary,
                         _ramped(summary, _series(summary, stage, notes), notes), notes)
-    recorded = (np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
+    sent_bodies = aiperf_max_tokens(path, records)  # inputs.json: each body as sent
+    recorded = (np.array(sent_bodies) if sent_bodies is not None else
+                np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
     failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)
     prompt = np.where(np.isnan(prompt) & failed & (output == 0), 0.0, prompt)  # dropped below

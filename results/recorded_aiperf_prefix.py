@@ -90,6 +90,29 @@ def _bodies(path: Path) -> dict[tuple[str, int], Mapping[str, Any]] | None:
     return bodies or None
 
 
+def aiperf_max_tokens(path: Path, records: list[tuple[int, Any]]) -> list[float] | None:
+    """Each record's ``max_tokens`` as its body in ``inputs.json`` sent it (NaN where the body
+    is not found or sets none); None where no body sets one. AIPerf 0.13.0 writes the turn's
+    ``max_tokens`` (drawn from ``--osl``, ``dataset/composer/base.py`` ``_set_max_tokens``) as
+    ``max_tokens`` in a completions body (``endpoints/openai_completions.py``) and as
+    ``max_completion_tokens`` in a chat body (``endpoints/openai_chat.py``, ``max_tokens`` with
+    ``use_legacy_max_tokens``), ``--extra-inputs`` merged after; a chat body with both is read
+    as vLLM serves it, ``max_completion_tokens`` first."""
+    bodies = _bodies(path)
+    if bodies is None:
+        return None
+    out: list[float] = []
+    for _, rec in records:
+        meta = rec.get("metadata") if isinstance(rec, Mapping) else None
+        sid = meta.get("conversation_id") if isinstance(meta, Mapping) else None
+        turn = meta.get("turn_index", 0) if isinstance(meta, Mapping) else None
+        body = bodies.get((sid, turn)) if isinstance(sid, str) and isinstance(turn, int) else None
+        mt = None if body is None else body.get("max_completion_tokens", body.get("max_tokens"))
+        out.append(float(mt) if isinstance(mt, int) and not isinstance(mt, bool) and mt >= 1
+                   else float("nan"))
+    return out if any(v == v for v in out) else None
+
+
 def _trace_dataset(summary: Mapping[str, Any]) -> str | None:
     """The Mooncake trace the run's prompts were built from (``input_config.datasets[]`` of
     ``format`` ``mooncake_trace``, AIPerf 0.10.0's summary of ``--input-file T

@@ -53,6 +53,12 @@ from kvbudget.results.recorded_fields import (
     number,
     time_limit_note,
 )
+from kvbudget.results.recorded_genai_bench_server import (
+    GENAI_BENCH_ENGINES,
+    open_loop_refusal,
+    server_config,
+    unstreamed_note,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
@@ -114,6 +120,8 @@ class _Run:
     errors: tuple[str, ...]
     """``""`` for a request that returned, else ``error (<code>)``."""
     messages: tuple[str, ...]
+    num_counted: int | None = None
+    """``aggregated_metrics.num_requests``: the requests genai-bench counted in the run."""
 
     @property
     def failed(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -191,7 +199,9 @@ def _read_run(path: Path, meta: Mapping[str, Any]) -> _Run:
     return _Run(path=path, scenario=scenario, users=users,
                 run_s=0.0 if math.isnan(run_s) else run_s, ttft=cols[:, 0], e2e=cols[:, 1],
                 prompt=cols[:, 2], output=cols[:, 3], errors=tuple(r[4] for r in rows),
-                messages=tuple(r[5] for r in rows))
+                messages=tuple(r[5] for r in rows),
+                num_counted=counted_n if isinstance(counted_n := agg.get("num_requests"), int)
+                and not isinstance(counted_n, bool) else None)
 
 
 def _metadata(path: Path) -> dict[str, Any]:
@@ -273,6 +283,8 @@ def _refuse(meta: Mapping[str, Any], meta_path: Path | None, runs: Sequence[_Run
         raise TraceError(where, f"is an experiment of --task {task}{'' if meta else ' (its name)'}"
                          f": {what}", field="task" if meta else None)
     opts = _cmd_options(meta)
+    if (refused := open_loop_refusal(opts)) is not None:
+        raise TraceError(where, refused, field="cmd")
     for flag, what in _REFUSED_FLAGS.items():
         if opts.get(flag):
             raise TraceError(where, f"ran with {flag} {opts[flag]}: it {what}, and the files "
@@ -373,6 +385,19 @@ def _stage(run: _Run, meta: Mapping[str, Any], start_s: float,
                          time_limit_end_s=start_s + run.run_s, grace_s=0.0)
 
 
+def _cut_runs(runs: Sequence[_Run]) -> list[str]:
+    """A note for each run whose file lists fewer requests than genai-bench counted in it
+    (``aggregated_metrics.num_requests``: genai-bench 0.0.5 ``metrics/
+    aggregated_metrics_collector.py`` counts each request it appends to the list it saves as
+    ``individual_request_metrics``, completed :41-56 or errored :251, their sum :277-280, the
+    list saved whole :327-334): the file was cut down after."""
+    return [f"{r.path.name} lists {len(r.errors)} of the {r.num_counted} requests its "
+            "aggregated_metrics count (cut down after genai-bench wrote it): only those are "
+            "simulated, a lighter load than the server saw, and the measured figures are "
+            "theirs alone" for r in runs
+            if r.num_counted is not None and r.num_counted > len(r.errors)]
+
+
 def _missing_runs(meta: Mapping[str, Any], runs: Sequence[_Run]) -> list[str]:
     """The runs the metadata plans (each scenario at each concurrency) with no file: not
     run, or the experiment was stopped before them (genai-bench's loader warns of them too)."""
@@ -421,7 +446,8 @@ def _config(meta: Mapping[str, Any], runs: Sequence[_Run]) -> dict[str, Any]:
                       ("server_gpu_count", "server_gpu_count")):
         if isinstance(meta.get(key), str) and meta[key]:
             config[name] = meta[key]
-    engine = {"SGLang": "sglang", "TGI": "tgi"}.get(str(meta.get("server_engine")))
+    config.update(server_config(meta)[0])
+    engine = GENAI_BENCH_ENGINES.get(str(meta.get("server_engine")))
     if engine:
         config["server_engine"] = engine
     if len(runs) == 1:
@@ -445,6 +471,7 @@ def read_genai_bench(path: Path, default_tier: str,
     _refuse(meta, meta_path, runs)
     opts = _cmd_options(meta)
     notes = _missing_runs(meta, runs) if path.is_dir() or path.name == METADATA else []
+    notes += _cut_runs(runs)
     stages, sent_parts, start = [], [], 0.0
     for run in runs:
         sent = _schedule(run)
@@ -456,6 +483,9 @@ def read_genai_bench(path: Path, default_tier: str,
     sent_all = cat(sent_parts)
     status = [s for r in runs for s in _phases(r, opts)]
     labels = [r.label for r in runs for _ in r.errors]
+    unstreamed = unstreamed_note(opts)
+    e2e = cat([r.e2e for r in runs])
+    ttft = e2e.copy() if unstreamed else cat([r.ttft for r in runs])  # its placeholder
     recorded = cat([np.full(len(r.errors), _max_tokens(r, meta)) for r in runs])
     workload, counts, warnings = finish_columns(
         path, "genai-bench", prompt=cat([r.prompt for r in runs])[ok],
@@ -468,12 +498,16 @@ def read_genai_bench(path: Path, default_tier: str,
     keep = np.flatnonzero(ok)[workload.request_id]
     counts = {**counts, "num_rows_read": len(ok), "num_failed": int((~ok).sum()),
               "num_warmup": status.count("warmup"), "num_cooldown": status.count("cooldown")}
-    notes = [*_notes(runs, meta, recorded[ok], max_output_rule), *notes]
+    notes = [*_notes(runs, meta, recorded[ok], max_output_rule), *notes, *server_config(meta)[1],
+             *([unstreamed] if unstreamed else [])]
+    # the send times were rebuilt here (_schedule): a run's users all start at once, so its
+    # first requests share their time on purpose; the file has no clock to be coarse
+    warnings = [w for w in warnings if "share their timestamp with another" not in w]
     return build_recording(path, "genai-bench", workload,
-                           ttft=cat([r.ttft for r in runs])[keep],
-                           e2e=cat([r.e2e for r in runs])[keep],
+                           ttft=ttft[keep], e2e=e2e[keep],
                            status=[status[i] for i in keep.tolist()],
-                           stage=[labels[i] for i in keep.tolist()], itl_mean=None,
+                           stage=[labels[i] for i in keep.tolist()],
+                           itl_mean=np.zeros(len(keep)) if unstreamed else None,
                            config=_config(meta, runs), counts=counts,
                            notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent_all[keep], tool=_tool(meta))
@@ -488,12 +522,17 @@ def _notes(runs: Sequence[_Run], meta: Mapping[str, Any], recorded: FloatArray,
            rule: MaxOutputRule | None) -> list[str]:
     """What was assumed of the experiment as a whole."""
     notes = [
-        "times: genai-bench's, from time.monotonic() before each POST to the first streamed "
-        "chunk with content (TTFT) and to the end of the stream (E2E); tokens: the server's "
+        ("times: genai-bench's, from time.monotonic() before each POST to the end of the "
+         "response (E2E)" if unstreamed_note(_cmd_options(meta)) else
+         "times: genai-bench's, from time.monotonic() before each POST to the first streamed "
+         "chunk with content (TTFT) and to the end of the stream (E2E)") + "; tokens: the server's "
         "usage (genai-bench's tokenizer count where the server sent none, which the file does "
         "not tell apart)",
-        "no send time in the files: each run is a closed loop of its users (Locust, "
-        "wait_time constant(0), all started at once), replayed by as many simulated users "
+        "no send time in the files: each run is a closed loop of its users ("
+        + ("genai-bench's async runner, --execution-engine async: its tasks each sending the "
+           "next request when their last returned" if _cmd_options(meta).get(
+               "--execution-engine", "").lower() == "async" else "Locust, wait_time constant(0)")
+        + ", all started at once), replayed by as many simulated users "
         "sending its requests in the file's order (the order they returned); their measured "
         "send times are rebuilt the same way (each sent when the first user was free, at the "
         "end of its last request), so the measured output tokens/s is over that schedule, "

@@ -5,7 +5,8 @@ base.py``, ``RequestLifecycleMetric``; written by ``reportgen/base.py`` when
 ``report.request_lifecycle.per_request`` is true): a JSON list, one object per request, with
 ``start_time`` and ``end_time`` (the client's monotonic clock, seconds), ``request`` (the
 request body as JSON text: ``model``, ``max_tokens``, ``ignore_eos``), ``info``
-(``input_tokens`` or ``request_metrics.text.input_tokens``; ``response_metrics`` with
+(``input_tokens`` or ``request_metrics.text.input_tokens``; ``response_metrics`` (0.6+;
+``response_info`` in 0.5, ``info`` itself up to 0.4: :func:`_response`) with
 ``output_tokens`` (inference-perf's tokenizer's count), ``server_usage.completion_tokens``
 (the server's) and ``output_token_times``, the arrival of each output token), ``error`` (null
 or ``error_type``, ``error_msg``) and, in later versions, ``stage_id`` and ``scheduled_time``.
@@ -61,6 +62,7 @@ from kvbudget.results.recorded_inference_perf_prefix import (
 )
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -158,6 +160,41 @@ def _stage_files(path: Path, sessions: bool = False) -> list[tuple[int, float | 
     return out
 
 
+def _response(info: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """Where a request's response figures are (``output_tokens``, ``output_token_times``,
+    ``server_usage``), by inference-perf's layout of ``InferenceInfo``
+    (``inference_perf/apis/base.py``): ``info.response_metrics`` from 0.6.0, ``info.response_info``
+    in 0.5.0 (``StreamedInferenceResponseInfo``; ``UnaryInferenceResponseInfo`` of a request not
+    streamed, its ``output_tokens`` only), and ``info`` itself up to 0.4.0 (``output_tokens``,
+    ``output_token_times``). Read from the one the request has: a 0.4 or 0.5 file was read as
+    generating nothing ("every row was dropped (0 output tokens)")."""
+    for key in ("response_metrics", "response_info"):
+        found = info.get(key)
+        if isinstance(found, Mapping):
+            return f"info.{key}", found
+    if "output_tokens" in info or "output_token_times" in info:
+        return "info", info
+    return "info.response_metrics", {}
+
+
+def _not_streamed(req: Mapping[str, Any]) -> bool:
+    """A request inference-perf sent with ``"stream": false`` (``api.streaming``, false by
+    default: 0.7.0 ``config/apis/config.py`` ``APIConfig.streaming``; the body's ``stream``,
+    ``apis/completion.py``, ``apis/chat.py``) that returned tokens: its response has no
+    ``output_token_times`` (0.7.0 ``UnaryResponseMetrics``; an empty list in 0.4's flat
+    ``InferenceInfo``), so the time of its first token is not known; its client got the whole
+    answer at its end."""
+    if req.get("error") or _body(req).get("stream") is not False:
+        return False
+    info = req.get("info")
+    resp = _response(info)[1] if isinstance(info, Mapping) else {}
+    if resp.get("output_token_times"):
+        return False
+    out = dig(resp, "server_usage", "completion_tokens")
+    out = out if out is not None else resp.get("output_tokens")
+    return isinstance(out, int | float) and not isinstance(out, bool) and out > 0
+
+
 def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, float, str, float,
                                                  int | None, bool | None, float]:
     """prompt, output, start, ttft, e2e, status, max_tokens, stage_id, ignore_eos and the mean
@@ -174,26 +211,28 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
                "info.request_metrics.text.input_tokens", i)
     if math.isnan(p):
         p = number(dig(info, "input_tokens"), path, "info.input_tokens", i)
-    resp = dig(info, "response_metrics") or {}
+    where, resp = _response(info)
     o = number(dig(resp, "server_usage", "completion_tokens"), path,
-               "info.response_metrics.server_usage.completion_tokens", i)
+               f"{where}.server_usage.completion_tokens", i)
     if math.isnan(o):
-        o = number(dig(resp, "output_tokens"), path, "info.response_metrics.output_tokens", i)
+        o = number(dig(resp, "output_tokens"), path, f"{where}.output_tokens", i)
     times = dig(resp, "output_token_times")
     first = gap = math.nan
     if times is not None:
         if not isinstance(times, list):
             raise TraceError(path, "must be a list of times", row=i,
-                             field="info.response_metrics.output_token_times")
+                             field=f"{where}.output_token_times")
         if times:
-            first = number(times[0], path, "info.response_metrics.output_token_times", i) - t0
+            first = number(times[0], path, f"{where}.output_token_times", i) - t0
             if len(times) >= 2:
-                last = number(times[-1], path, "info.response_metrics.output_token_times", i)
+                last = number(times[-1], path, f"{where}.output_token_times", i)
                 gap = (last - t0 - first) / (len(times) - 1)
-        elif not req.get("error") and not math.isnan(o) and o > 0:
+        elif not req.get("error") and not math.isnan(o) and o > 0 and not _not_streamed(req):
             raise TraceError(path, f"empty, but the request generated {o:g} tokens", row=i,
-                             field="info.response_metrics.output_token_times")
+                             field=f"{where}.output_token_times")
     e2e = t1 - t0
+    if _not_streamed(req):  # the whole answer in one read, as its client saw it
+        first, gap = e2e, 0.0
     status = "completed"
     if req.get("error"):
         kind = dig(req, "error", "error_type")
@@ -244,6 +283,12 @@ def read_inference_perf(path: Path, default_tier: str,
             notes.extend([idle] if idle else [])
     recorded = np.array([r[6] for r in rows])
     recorded_or_none = recorded if np.isfinite(recorded).any() else None
+    if unstreamed := sum(map(_not_streamed, doc)):
+        notes.append(f"{counted(unstreamed, 'request')} not streamed (\"stream\": false in the "
+                     "body; inference-perf's api.streaming, false by default): the file has no "
+                     "time of a first token, so each is read as its client saw it, the whole "
+                     "answer at its end: TTFT and TPOT are left out of every comparison and fit, "
+                     "E2E kept (stream the run, api.streaming: true, for TTFT)")
     turns = [_turn(req) for req in doc]
     prefix = _prefix(path, doc, prompt, notes, turns)
     workload, counts, warnings = finish_columns(

@@ -16,7 +16,8 @@
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
-#                                                      # inference-perf-turns;
+#                                                      # inference-perf-turns,
+#                                                      # inference-perf-unstreamed;
 #                                                      # evalscope; genai-bench;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
@@ -599,6 +600,46 @@ EOF
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
 
+run_inference_perf_unstreamed() {
+    # api.streaming: false, inference-perf's default: the report has no output_token_times
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/unstreamed"
+    mkdir -p "$dest"
+    cat >"$WORK/ip-unstreamed.yaml" <<EOF
+load:
+  type: constant
+  stages:
+  - rate: 8
+    duration: 2
+api:
+  type: completion
+  streaming: false
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-unstreamed
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-unstreamed.yaml")
+    cp "$WORK"/ip-unstreamed/*.json "$dest/"
+}
+
 run_inference_perf_turns() {
     # multi-turn chat over shared_prefix data (enable_multi_turn_chat): 2 user sessions of one
     # system prompt, each request the next round of one session (its history before its
@@ -853,6 +894,7 @@ TOOLS=("$@")
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
                                     inference-perf inference-perf-options inference-perf-turns
+                                    inference-perf-unstreamed
                                     evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
@@ -879,6 +921,7 @@ for tool in "${TOOLS[@]}"; do
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-turns) run_inference_perf_turns ;;
+    inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;
     genai-bench) run_genai_bench ;;
     vllm-otel) run_vllm_otel ;;

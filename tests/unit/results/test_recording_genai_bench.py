@@ -76,7 +76,10 @@ def test_an_experiment_reads_to_genai_benchs_own_aggregates(path: Path) -> None:
         assert float(part["e2e_s"].max()) == stats["e2e_latency"]["max"]
     # D(32,128) on --api-backend vllm: max_tokens 128 with ignore_eos, as sent
     assert rec.workload.max_output_tokens.tolist() == [128] * len(m)
+    tokenizer = json.loads((path if path.is_dir() else path.parent).joinpath(
+        "experiment_metadata.json").read_text())["server_model_tokenizer"]
     assert rec.config == {"model": "tiny", "api_backend": "vllm", "task": "text-to-text",
+                          "tokenizer": tokenizer, "server_engine": "vllm",  # --server-engine vLLM
                           "max_tokens": 128, "ignore_eos": True}
     assert rec.counts["num_measured"] == len(m) and rec.counts["num_failed"] == 0
     assert any(n.startswith("no send time in the files") for n in rec.notes)
