@@ -80,6 +80,32 @@ LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
 lists no send time (``recorded_summaries``), so none kvbudget can replay."""
 
 
+GENAI_PERF_INPUTS = "inputs.json"
+"""genai-perf's request bodies, written into every artifact folder before perf_analyzer runs
+(``recorded_summaries._genai_perf_inputs_refusal``), with ``json.dumps(..., indent=2)``."""
+
+
+def _genai_perf_inputs(where: Path, base: Path) -> str | None:
+    """``is genai-perf's artifact folder ...`` where ``where`` holds genai-perf's
+    ``inputs.json`` (its first bytes ``{"data": [``) and none of its summaries, or None."""
+    inputs = where / GENAI_PERF_INPUTS
+    try:
+        with inputs.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None
+    if not b"".join(head.split()).startswith(b'{"data":['):
+        return None
+    measured = where / GENAI_PERF_REQUESTS
+    said = (f"perf_analyzer's {measured.relative_to(base)}, each request's timestamps but no "
+            "token counts" if measured.is_file()
+            else f"no {GENAI_PERF_REQUESTS} (perf_analyzer's measurements)")
+    return (f"is genai-perf's artifact folder: its {inputs.relative_to(base)} holds the request "
+            f"bodies it generated, no measurement, beside {said}, so none can be replayed: "
+            "rerun with AIPerf, genai-perf's successor, whose profile_export.jsonl records "
+            "each request's times and token counts")
+
+
 def _summaries_in(where: Path, base: Path) -> str | None:
     """``is <tool>'s output directory ...`` for a known tool's aggregates in ``where`` (``base``
     or a folder of it, named relative to ``base``), or None."""
@@ -103,7 +129,7 @@ def _summaries_in(where: Path, base: Path) -> str | None:
                     "genai-perf's successor, whose profile_export.jsonl records them")
         return (f"is {tool}'s output directory holding aggregates only "
                 f"({_listed(found, base)}), no per-request file: {instead}")
-    return None
+    return _genai_perf_inputs(where, base)
 
 
 def _summaries_below(path: Path) -> str | None:

@@ -251,10 +251,34 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
             "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
 
 
+def _genai_perf_inputs_refusal(doc: Mapping[str, Any]) -> str | None:
+    """genai-perf's ``inputs.json``, the request bodies it generates before a run and hands
+    perf_analyzer as ``--input-data`` (triton-inference-server/perf_analyzer at 263c5f6e,
+    ``genai-perf/genai_perf/inputs/inputs.py`` ``_write_json_to_file``, the name
+    ``DEFAULT_INPUT_DATA_JSON`` of ``inputs/input_constants.py``): ``{"data": [...]}``, one
+    record a request, its body under ``payload`` (``inputs/converters/base_converter.py``
+    ``_finalize_payload``) or, for Triton's formats, its fields at the top (``text_input``).
+    No time nor output of any request: what the run measured is perf_analyzer's
+    ``profile_export.json`` beside it (``--profile-export-file``)."""
+    data = doc.get("data")
+    if set(doc) != {"data"} or not isinstance(data, list) or not data or \
+            not all(isinstance(r, Mapping) for r in data[:8]):
+        return None
+    if not all("payload" in r or "text_input" in r for r in data[:8]):
+        return None
+    return (f"is genai-perf's inputs.json: the {len(data)} request bodies it generated for "
+            "perf_analyzer to send (--input-data), no time nor output of any; the run's "
+            "measurements are in profile_export.json beside it (perf_analyzer's), which keeps "
+            "each request's timestamps but no token counts, so neither can be replayed: rerun "
+            "with AIPerf, genai-perf's successor, and pass its profile_export.jsonl (each "
+            "request's times and token counts)")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
-               or _inferencex_refusal(doc) or pooling_problem(doc))
+               or _inferencex_refusal(doc) or pooling_problem(doc)
+               or _genai_perf_inputs_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):
