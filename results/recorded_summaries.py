@@ -442,6 +442,32 @@ def bench_console_refusal(head: bytes) -> str | None:
             "pass the JSON it writes (docs/recordings.md)")
 
 
+_LLMPERF_CONSOLE = (b"Results for token benchmark for ", b"\nNumber Of Completed Requests: ",
+                    b"\nCompleted Requests Per Minute: ")
+"""What LLMPerf's ``token_benchmark_ray.py`` prints (github.com/ray-project/llmperf at f1d6bed,
+``metrics_summary``: ``\\Results for token benchmark for {model} queried with the {llm_api}
+api.`` before its per-metric quantiles, ``Number Of Completed Requests: N`` and ``Completed
+Requests Per Minute: R`` after them), never a file it saves."""
+
+
+def llmperf_console_refusal(head: bytes) -> str | None:
+    """Why LLMPerf's console output (``python token_benchmark_ray.py ... > run.txt``) is no
+    recording: it prints each metric's quantiles and the run's totals, no request; None for
+    any other file."""
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
+            not any(mark in head for mark in _LLMPERF_CONSOLE):
+        return None
+    model = re.search(rb"Results for token benchmark for (\S+) queried with the (\S+) api",
+                      head)
+    said = (f" for {model.group(1).decode('utf-8', 'replace')} through its "
+            f"{model.group(2).decode('utf-8', 'replace')} client" if model else "")
+    return (f"is LLMPerf's console output (token_benchmark_ray.py, as printed{said}): each "
+            "metric's quantiles and the run's totals, no request; the "
+            "_individual_responses.json it saves with --results-dir lists no send time "
+            "either, so its load cannot be replayed: record the run with a tool kvbudget "
+            "reads (docs/recordings.md)")
+
+
 _MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "
                       "and accuracy logs time no request); record the system under load with a "
                       "tool kvbudget reads (docs/recordings.md)")
