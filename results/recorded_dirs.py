@@ -80,30 +80,36 @@ LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
 lists no send time (``recorded_summaries``), so none kvbudget can replay."""
 
 
-GENAI_PERF_INPUTS = "inputs.json"
-"""genai-perf's request bodies, written into every artifact folder before perf_analyzer runs
-(``recorded_summaries._genai_perf_inputs_refusal``), with ``json.dumps(..., indent=2)``."""
+INPUTS_JSON = "inputs.json"
+"""The request bodies genai-perf and AIPerf write into an artifact folder before sending
+(``recorded_summaries._inputs_json_refusal``): ``{"data": [`` first, indented; AIPerf's
+records open with ``session_id`` and hold ``payloads`` (a body a turn)."""
 
 
-def _genai_perf_inputs(where: Path, base: Path) -> str | None:
-    """``is genai-perf's artifact folder ...`` where ``where`` holds genai-perf's
-    ``inputs.json`` (its first bytes ``{"data": [``) and none of its summaries, or None."""
-    inputs = where / GENAI_PERF_INPUTS
+def _inputs_only(where: Path, base: Path) -> str | None:
+    """``is <tool>'s artifact folder ...`` where ``where`` holds genai-perf's or AIPerf's
+    ``inputs.json`` and none of the tool's summaries nor (AIPerf) per-request records, or
+    None."""
+    inputs = where / INPUTS_JSON
     try:
         with inputs.open("rb") as f:
-            head = f.read(64)
+            head = b"".join(f.read(256).split())
     except OSError:
         return None
-    if not b"".join(head.split()).startswith(b'{"data":['):
+    if not head.startswith(b'{"data":['):
         return None
+    bodies = (f"its {inputs.relative_to(base)} holds the request bodies it generated, no "
+              "measurement")
+    if head.startswith(b'{"data":[{"session_id":') or b'"payloads":[' in head:
+        return (f"is AIPerf's artifact folder without its per-request records: {bodies}, and "
+                "profile_export.jsonl is not beside it; pass that file of the run")
     measured = where / GENAI_PERF_REQUESTS
     said = (f"perf_analyzer's {measured.relative_to(base)}, each request's timestamps but no "
             "token counts" if measured.is_file()
             else f"no {GENAI_PERF_REQUESTS} (perf_analyzer's measurements)")
-    return (f"is genai-perf's artifact folder: its {inputs.relative_to(base)} holds the request "
-            f"bodies it generated, no measurement, beside {said}, so none can be replayed: "
-            "rerun with AIPerf, genai-perf's successor, whose profile_export.jsonl records "
-            "each request's times and token counts")
+    return (f"is genai-perf's artifact folder: {bodies}, beside {said}, so none can be "
+            "replayed: rerun with AIPerf, genai-perf's successor, whose profile_export.jsonl "
+            "records each request's times and token counts")
 
 
 def _summaries_in(where: Path, base: Path) -> str | None:
@@ -129,7 +135,7 @@ def _summaries_in(where: Path, base: Path) -> str | None:
                     "genai-perf's successor, whose profile_export.jsonl records them")
         return (f"is {tool}'s output directory holding aggregates only "
                 f"({_listed(found, base)}), no per-request file: {instead}")
-    return _genai_perf_inputs(where, base)
+    return _inputs_only(where, base)
 
 
 def _summaries_below(path: Path) -> str | None:

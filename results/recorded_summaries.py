@@ -251,19 +251,27 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
             "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
 
 
-def _genai_perf_inputs_refusal(doc: Mapping[str, Any]) -> str | None:
-    """genai-perf's ``inputs.json``, the request bodies it generates before a run and hands
-    perf_analyzer as ``--input-data`` (triton-inference-server/perf_analyzer at 263c5f6e,
-    ``genai-perf/genai_perf/inputs/inputs.py`` ``_write_json_to_file``, the name
-    ``DEFAULT_INPUT_DATA_JSON`` of ``inputs/input_constants.py``): ``{"data": [...]}``, one
-    record a request, its body under ``payload`` (``inputs/converters/base_converter.py``
-    ``_finalize_payload``) or, for Triton's formats, its fields at the top (``text_input``).
-    No time nor output of any request: what the run measured is perf_analyzer's
-    ``profile_export.json`` beside it (``--profile-export-file``)."""
+def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The ``inputs.json`` genai-perf and AIPerf write into a run's artifact folder before
+    sending: the request bodies they generated, ``{"data": [...]}``, no time nor output of any.
+
+    genai-perf's (triton-inference-server/perf_analyzer at 263c5f6e,
+    ``genai-perf/genai_perf/inputs/inputs.py`` ``_write_json_to_file``, handed to perf_analyzer
+    as ``--input-data``): one record a request, its body under ``payload``
+    (``inputs/converters/base_converter.py`` ``_finalize_payload``) or, for Triton's formats,
+    its fields at the top (``text_input``); the run's measurements are perf_analyzer's
+    ``profile_export.json``. AIPerf's (0.13.0 ``dataset/dataset_manager.py``
+    ``_generate_inputs_json_file``, ``common/models/dataset_models.py`` ``InputsFile``): one
+    record a session, ``session_id`` and a body a turn under ``payloads``; its per-request
+    records are ``profile_export.jsonl`` beside it."""
     data = doc.get("data")
     if set(doc) != {"data"} or not isinstance(data, list) or not data or \
             not all(isinstance(r, Mapping) for r in data[:8]):
         return None
+    if all("payloads" in r for r in data[:8]):
+        return (f"is AIPerf's inputs.json: the request bodies of its {len(data)} sessions, "
+                "written before it sent them, no time nor output of any; pass the run's "
+                "per-request records, profile_export.jsonl in the same artifact folder")
     if not all("payload" in r or "text_input" in r for r in data[:8]):
         return None
     return (f"is genai-perf's inputs.json: the {len(data)} request bodies it generated for "
@@ -278,7 +286,7 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
                or _inferencex_refusal(doc) or pooling_problem(doc)
-               or _genai_perf_inputs_refusal(doc))
+               or _inputs_json_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):

@@ -8,11 +8,13 @@ records ``{"model", "text_input", "max_tokens", "stream"}``, Triton's format, in
 file got "cannot tell the recording format ...: pass a format (records, run, vllm-bench, ...)",
 which no format could read; its folder got "it holds 1 data file(s) (inputs.json): pass one of
 them", which led back to that. The files here are of the same shape, written as genai-perf
-writes them (``json.dumps(..., indent=2)``)."""
+writes them (``json.dumps(..., indent=2)``). AIPerf writes an ``inputs.json`` of its own,
+checked on a real one."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ import pytest
 
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+
+AIPERF_RUN = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
+              / "prefix2x16_rate8")
+"""A real AIPerf 0.13.0 artifact folder (``scripts/make_recording_fixtures.sh aiperf-prefix``),
+whose ``inputs.json`` holds its 10 sessions' bodies (``dataset/dataset_manager.py``
+``_generate_inputs_json_file``)."""
 
 TRITON_RECORD = {"model": "gpt2", "text_input": ["play with wind LORD"], "max_tokens": [150],
                  "stream": [True]}
@@ -74,3 +82,17 @@ def test_genai_perf_artifact_folder_without_summaries_is_named(tmp_path: Path) -
     (run / "profile_export.json").write_text('{"experiments": []}')
     assert "beside perf_analyzer's profile_export.json, each request's timestamps but no " \
         "token counts" in refused(run)
+
+
+def test_aiperf_inputs_file_is_named_and_the_records_beside_it_are_read(tmp_path: Path) -> None:
+    # AIPerf writes inputs.json too; it got the same "cannot tell the recording format"
+    said = refused(AIPERF_RUN / "inputs.json")
+    assert said.startswith(f"{AIPERF_RUN / 'inputs.json'}: is AIPerf's inputs.json: the "
+                           "request bodies of its 10 sessions")
+    assert "profile_export.jsonl" in said and "genai-perf" not in said
+    assert read_recording(AIPERF_RUN / "profile_export.jsonl").tool.startswith("aiperf")
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(AIPERF_RUN / "inputs.json", run)
+    assert refused(run).startswith(f"{run}: is AIPerf's artifact folder without its "
+                                   "per-request records: its inputs.json holds")
