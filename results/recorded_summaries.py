@@ -176,6 +176,47 @@ def _none_completed(doc: Mapping[str, Any]) -> str:
     return ""
 
 
+CLIENT_BACKENDS = frozenset({
+    "vllm", "openai", "openai-chat", "openai-responses", "openai-audio", "openai-embeddings",
+    "openai-embeddings-chat", "openai-embeddings-clip", "openai-embeddings-vlm2vec",
+    "infinity-embeddings", "infinity-embeddings-clip", "vllm-pooling", "vllm-rerank",
+    "tgi", "lmdeploy", "deepspeed-mii", "tensorrt-llm", "scalellm", "sglang", "llama.cpp",
+    "sglang-native", "sglang-oai", "sglang-oai-chat", "vllm-chat", "lmdeploy-chat", "trt",
+    "gserver", "truss"})
+"""The ``--backend`` names of vLLM's serving benchmark and SGLang's copy of it: vLLM 0.32.0
+``vllm/benchmarks/lib/endpoint_request_func.py`` ``ASYNC_REQUEST_FUNCS`` (``vllm`` to
+``vllm-rerank``), the older ``benchmarks/backend_request_func.py``'s (``tgi``, ``lmdeploy``,
+``deepspeed-mii``, ``tensorrt-llm``, ``scalellm``, ``sglang``, ``llama.cpp``) and SGLang's
+``python/sglang/bench_serving.py`` (``sglang-native`` to ``truss``). A result in their layout
+whose ``backend`` is none of these was written by another script or a fork."""
+
+
+def _foreign_backend(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of a summary in vLLM's layout whose ``backend`` no vLLM or SGLang client has
+    (github.com/ovg-project/kvcached ``benchmarks/bench_dgx_spark/workflow_benchmark.py``
+    writes ``openai-chat-workflow``: each of its requests a guard model's, a main model's and
+    the guard's again), or None."""
+    backend = doc.get("backend")
+    if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
+        return None
+    return (f"is a serving-benchmark summary in vllm bench serve's layout, but its backend "
+            f"{backend[:40]!r} is none of vLLM's or SGLang's benchmark clients' (another "
+            f"script, or a fork, wrote it): aggregates only, no request; {_DETAILED}")
+
+
+def foreign_backend_note(doc: Mapping[str, Any]) -> str | None:
+    """A note for a per-request file in vLLM's layout whose ``backend`` no vLLM or SGLang client
+    has (:data:`CLIENT_BACKENDS`): it is read as vLLM's client writes its lists, which the
+    script that wrote it may mean otherwise; None for any other."""
+    backend = doc.get("backend")
+    if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
+        return None
+    return (f"the file's backend {backend[:40]!r} is none of vLLM's or SGLang's benchmark "
+            "clients': another script, or a fork, wrote it; its lists are read as vllm bench "
+            "serve's (each entry one request to one server: input_lens, output_lens, ttfts, "
+            "itls, start_times), which that script may mean otherwise")
+
+
 def _latency_refusal(doc: Mapping[str, Any]) -> str:
     """The refusal of a serving-benchmark summary in vLLM's layout, naming the client that
     wrote it and the flag that saves its requests."""
@@ -189,6 +230,9 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
     if isinstance(doc.get("run_number"), int):
         return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
                 "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
+    foreign = _foreign_backend(doc)
+    if foreign:
+        return foreign
     if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
         if "input_lens" in doc and "ttfts" not in doc:
             # SemiAnalysisAI/InferenceX's benchmark_serving.py (PR #1705, June 2026) keeps
