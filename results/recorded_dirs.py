@@ -18,9 +18,11 @@ inference-perf ``demos/kubecon-na-2025/*/results/``); GuideLLM ``benchmarks.json
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from kvbudget.results.recorded_summaries import summary_refusal
 from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 
 PER_REQUEST_FILES: dict[str, str] = {
@@ -80,6 +82,38 @@ LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
 lists no send time (``recorded_summaries``), so none kvbudget can replay."""
 
 
+INPUTS_JSON = "inputs.json"
+"""The request bodies genai-perf and AIPerf write into an artifact folder before sending
+(``recorded_summaries._inputs_json_refusal``): ``{"data": [`` first, indented; AIPerf's
+records open with ``session_id`` and hold ``payloads`` (a body a turn)."""
+
+
+def _inputs_only(where: Path, base: Path) -> str | None:
+    """``is <tool>'s artifact folder ...`` where ``where`` holds genai-perf's or AIPerf's
+    ``inputs.json`` and none of the tool's summaries nor (AIPerf) per-request records, or
+    None."""
+    inputs = where / INPUTS_JSON
+    try:
+        with inputs.open("rb") as f:
+            head = b"".join(f.read(256).split())
+    except OSError:
+        return None
+    if not head.startswith(b'{"data":['):
+        return None
+    bodies = (f"its {inputs.relative_to(base)} holds the request bodies it generated, no "
+              "measurement")
+    if head.startswith(b'{"data":[{"session_id":') or b'"payloads":[' in head:
+        return (f"is AIPerf's artifact folder without its per-request records: {bodies}, and "
+                "profile_export.jsonl is not beside it; pass that file of the run")
+    measured = where / GENAI_PERF_REQUESTS
+    said = (f"perf_analyzer's {measured.relative_to(base)}, each request's timestamps but no "
+            "token counts" if measured.is_file()
+            else f"no {GENAI_PERF_REQUESTS} (perf_analyzer's measurements)")
+    return (f"is genai-perf's artifact folder: {bodies}, beside {said}, so none can be "
+            "replayed: rerun with AIPerf, genai-perf's successor, whose profile_export.jsonl "
+            "records each request's times and token counts")
+
+
 def _summaries_in(where: Path, base: Path) -> str | None:
     """``is <tool>'s output directory ...`` for a known tool's aggregates in ``where`` (``base``
     or a folder of it, named relative to ``base``), or None."""
@@ -103,7 +137,7 @@ def _summaries_in(where: Path, base: Path) -> str | None:
                     "genai-perf's successor, whose profile_export.jsonl records them")
         return (f"is {tool}'s output directory holding aggregates only "
                 f"({_listed(found, base)}), no per-request file: {instead}")
-    return None
+    return _inputs_only(where, base)
 
 
 def _summaries_below(path: Path) -> str | None:
@@ -117,6 +151,52 @@ def _summaries_below(path: Path) -> str | None:
     return None
 
 
+REQUEST_LISTS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "e2els",
+                 "start_times", "details")
+"""The per-request lists of a serving benchmark's result (vLLM's, SGLang's nested under
+``details``, TensorRT-LLM's ``e2els``): a file with any lists requests, whatever else it holds."""
+SCANNED = 64
+"""How many of a folder's JSON files are opened to tell whether any lists requests."""
+SCANNED_BYTES = 1 << 20
+"""A larger JSON file is not opened there (a load tool's per-request file can be)."""
+
+
+def _first_document(path: Path) -> object:
+    """The first JSON value of a small JSON or JSON-lines file, or None."""
+    try:
+        if path.stat().st_size > SCANNED_BYTES:
+            return None
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for candidate in (text, text.lstrip().split("\n", 1)[0]):
+        try:
+            return json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+    return None
+
+
+def _aggregates_only(data: list[Path], base: Path) -> str | None:
+    """``is a folder of N results ...`` where each of the folder's data files is a JSON file
+    that :func:`~kvbudget.results.recorded_summaries.summary_refusal` names as holding no
+    request (a folder of ``vllm bench serve`` results saved without ``--save-detailed``); None
+    where any is another file, large, or one kvbudget may read."""
+    if len(data) > SCANNED or any(p.suffix.lower() not in (".json", ".jsonl") for p in data):
+        return None
+    first = ""
+    for p in data:
+        doc = _first_document(p)
+        if isinstance(doc, dict) and any(k in doc for k in REQUEST_LISTS):
+            return None  # a per-request result (summary_refusal is asked only without them)
+        said = summary_refusal(doc)
+        if said is None:
+            return None
+        first = first or f"{p.relative_to(base)}, {said[0]}"
+    return (f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of "
+            f"{len(data)} result file(s), none of which lists a request; the first, {first}")
+
+
 def tool_dir_refusal(path: Path) -> str | None:
     """Why the directory ``path`` cannot be read as a run, naming the file to pass, or None
     where it has any file of a kvbudget run directory (read, and refused, as one)."""
@@ -127,6 +207,9 @@ def tool_dir_refusal(path: Path) -> str | None:
         return said
     data = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
     if data:
+        aggregates = _aggregates_only(data, path)
+        if aggregates:
+            return aggregates
         return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); --records reads one "
                 f"file of a load tool: it holds {len(data)} data file(s) ({_listed(data, path)}): "
                 "pass one of them")

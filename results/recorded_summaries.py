@@ -176,6 +176,47 @@ def _none_completed(doc: Mapping[str, Any]) -> str:
     return ""
 
 
+CLIENT_BACKENDS = frozenset({
+    "vllm", "openai", "openai-chat", "openai-responses", "openai-audio", "openai-embeddings",
+    "openai-embeddings-chat", "openai-embeddings-clip", "openai-embeddings-vlm2vec",
+    "infinity-embeddings", "infinity-embeddings-clip", "vllm-pooling", "vllm-rerank",
+    "tgi", "lmdeploy", "deepspeed-mii", "tensorrt-llm", "scalellm", "sglang", "llama.cpp",
+    "sglang-native", "sglang-oai", "sglang-oai-chat", "vllm-chat", "lmdeploy-chat", "trt",
+    "gserver", "truss"})
+"""The ``--backend`` names of vLLM's serving benchmark and SGLang's copy of it: vLLM 0.32.0
+``vllm/benchmarks/lib/endpoint_request_func.py`` ``ASYNC_REQUEST_FUNCS`` (``vllm`` to
+``vllm-rerank``), the older ``benchmarks/backend_request_func.py``'s (``tgi``, ``lmdeploy``,
+``deepspeed-mii``, ``tensorrt-llm``, ``scalellm``, ``sglang``, ``llama.cpp``) and SGLang's
+``python/sglang/bench_serving.py`` (``sglang-native`` to ``truss``). A result in their layout
+whose ``backend`` is none of these was written by another script or a fork."""
+
+
+def _foreign_backend(doc: Mapping[str, Any]) -> str | None:
+    """The refusal of a summary in vLLM's layout whose ``backend`` no vLLM or SGLang client has
+    (github.com/ovg-project/kvcached ``benchmarks/bench_dgx_spark/workflow_benchmark.py``
+    writes ``openai-chat-workflow``: each of its requests a guard model's, a main model's and
+    the guard's again), or None."""
+    backend = doc.get("backend")
+    if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
+        return None
+    return (f"is a serving-benchmark summary in vllm bench serve's layout, but its backend "
+            f"{backend[:40]!r} is none of vLLM's or SGLang's benchmark clients' (another "
+            f"script, or a fork, wrote it): aggregates only, no request; {_DETAILED}")
+
+
+def foreign_backend_note(doc: Mapping[str, Any]) -> str | None:
+    """A note for a per-request file in vLLM's layout whose ``backend`` no vLLM or SGLang client
+    has (:data:`CLIENT_BACKENDS`): it is read as vLLM's client writes its lists, which the
+    script that wrote it may mean otherwise; None for any other."""
+    backend = doc.get("backend")
+    if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
+        return None
+    return (f"the file's backend {backend[:40]!r} is none of vLLM's or SGLang's benchmark "
+            "clients': another script, or a fork, wrote it; its lists are read as vllm bench "
+            "serve's (each entry one request to one server: input_lens, output_lens, ttfts, "
+            "itls, start_times), which that script may mean otherwise")
+
+
 def _latency_refusal(doc: Mapping[str, Any]) -> str:
     """The refusal of a serving-benchmark summary in vLLM's layout, naming the client that
     wrote it and the flag that saves its requests."""
@@ -189,6 +230,9 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
     if isinstance(doc.get("run_number"), int):
         return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
                 "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
+    foreign = _foreign_backend(doc)
+    if foreign:
+        return foreign
     if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:
         if "input_lens" in doc and "ttfts" not in doc:
             # SemiAnalysisAI/InferenceX's benchmark_serving.py (PR #1705, June 2026) keeps
@@ -251,10 +295,42 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
             "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
 
 
+def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
+    """The ``inputs.json`` genai-perf and AIPerf write into a run's artifact folder before
+    sending: the request bodies they generated, ``{"data": [...]}``, no time nor output of any.
+
+    genai-perf's (triton-inference-server/perf_analyzer at 263c5f6e,
+    ``genai-perf/genai_perf/inputs/inputs.py`` ``_write_json_to_file``, handed to perf_analyzer
+    as ``--input-data``): one record a request, its body under ``payload``
+    (``inputs/converters/base_converter.py`` ``_finalize_payload``) or, for Triton's formats,
+    its fields at the top (``text_input``); the run's measurements are perf_analyzer's
+    ``profile_export.json``. AIPerf's (0.13.0 ``dataset/dataset_manager.py``
+    ``_generate_inputs_json_file``, ``common/models/dataset_models.py`` ``InputsFile``): one
+    record a session, ``session_id`` and a body a turn under ``payloads``; its per-request
+    records are ``profile_export.jsonl`` beside it."""
+    data = doc.get("data")
+    if set(doc) != {"data"} or not isinstance(data, list) or not data or \
+            not all(isinstance(r, Mapping) for r in data[:8]):
+        return None
+    if all("payloads" in r for r in data[:8]):
+        return (f"is AIPerf's inputs.json: the request bodies of its {len(data)} sessions, "
+                "written before it sent them, no time nor output of any; pass the run's "
+                "per-request records, profile_export.jsonl in the same artifact folder")
+    if not all("payload" in r or "text_input" in r for r in data[:8]):
+        return None
+    return (f"is genai-perf's inputs.json: the {len(data)} request bodies it generated for "
+            "perf_analyzer to send (--input-data), no time nor output of any; the run's "
+            "measurements are in profile_export.json beside it (perf_analyzer's), which keeps "
+            "each request's timestamps but no token counts, so neither can be replayed: rerun "
+            "with AIPerf, genai-perf's successor, and pass its profile_export.jsonl (each "
+            "request's times and token counts)")
+
+
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
-               or _inferencex_refusal(doc) or pooling_problem(doc))
+               or _inferencex_refusal(doc) or pooling_problem(doc)
+               or _inputs_json_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):
@@ -416,6 +492,32 @@ def bench_console_refusal(head: bytes) -> str | None:
             "): its settings and summary, no request; rerun it with --save-result "
             "--save-detailed (SGLang's bench_serving: --output-file F --output-details) and "
             "pass the JSON it writes (docs/recordings.md)")
+
+
+_LLMPERF_CONSOLE = (b"Results for token benchmark for ", b"\nNumber Of Completed Requests: ",
+                    b"\nCompleted Requests Per Minute: ")
+"""What LLMPerf's ``token_benchmark_ray.py`` prints (github.com/ray-project/llmperf at f1d6bed,
+``metrics_summary``: ``\\Results for token benchmark for {model} queried with the {llm_api}
+api.`` before its per-metric quantiles, ``Number Of Completed Requests: N`` and ``Completed
+Requests Per Minute: R`` after them), never a file it saves."""
+
+
+def llmperf_console_refusal(head: bytes) -> str | None:
+    """Why LLMPerf's console output (``python token_benchmark_ray.py ... > run.txt``) is no
+    recording: it prints each metric's quantiles and the run's totals, no request; None for
+    any other file."""
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
+            not any(mark in head for mark in _LLMPERF_CONSOLE):
+        return None
+    model = re.search(rb"Results for token benchmark for (\S+) queried with the (\S+) api",
+                      head)
+    said = (f" for {model.group(1).decode('utf-8', 'replace')} through its "
+            f"{model.group(2).decode('utf-8', 'replace')} client" if model else "")
+    return (f"is LLMPerf's console output (token_benchmark_ray.py, as printed{said}): each "
+            "metric's quantiles and the run's totals, no request; the "
+            "_individual_responses.json it saves with --results-dir lists no send time "
+            "either, so its load cannot be replayed: record the run with a tool kvbudget "
+            "reads (docs/recordings.md)")
 
 
 _MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "

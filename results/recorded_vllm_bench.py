@@ -52,7 +52,12 @@ from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
-from kvbudget.results.recorded_summaries import is_sglang, is_trtllm, summary_refusal
+from kvbudget.results.recorded_summaries import (
+    foreign_backend_note,
+    is_sglang,
+    is_trtllm,
+    summary_refusal,
+)
 from kvbudget.results.recorded_vllm_bench_client import (
     async_scheduling_note,
     chat_template_note,
@@ -856,8 +861,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
-    notes.extend(n for n in (chat_template_note(first), first_prompt_note(tool),
-                             async_scheduling_note(first, tool)) if n)
+    notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
+                             first_prompt_note(tool), async_scheduling_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1],
                              metadata_note(first, SWEEP_READ if "run_number" in first else

@@ -97,6 +97,7 @@ from kvbudget.results.recorded_summaries import (
     bench_console_refusal,
     csv_summary_refusal,
     html_refusal,
+    llmperf_console_refusal,
     mlperf_log_refusal,
     server_log_refusal,
     summary_refusal,
@@ -229,7 +230,7 @@ def detect_recording_format(path: Path) -> str:
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = bench_console_refusal(head) or server_log_refusal(head.split(b"\n", 1)[0]) \
         or mlperf_log_refusal(head) or html_refusal(head) \
-        or trtllm_bench_console_refusal(head)
+        or trtllm_bench_console_refusal(head) or llmperf_console_refusal(head)
     if server_log:
         raise TraceError(path, server_log)
     suffix = path.suffix.lower()

@@ -292,7 +292,8 @@ def _read_arrow(facts: FileFacts, source: Any, kinds: Mapping[str, JsonKind],
                 values = np.asarray(
                     [v for lst in arr.to_pylist() for v in (lst or [])], dtype=np.int64)
             out.lists[name] = (values, offsets)
-    del table, col, arr
+        del col, arr
+    del table
     # the columns are numpy copies now: hand Arrow's freed parse buffers back to the system
     # (its allocator keeps them otherwise: ~100 MB for a million-row file, for the whole run)
     pa.default_memory_pool().release_unused()
