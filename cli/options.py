@@ -420,12 +420,30 @@ class ScenarioArgs:
             except ValueError as exc:
                 raise CliError(str(exc)) from None
         load = [f"{key}={value}" for key, value in self.load.items()]
-        return make_scenario(
-            self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu, model=self.model,
-            seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
-            cost_model=self.cost_model, cost_model_transfer=self.cost_model_transfer,
-            engine=self.engine, clients=clients,
-            engine_defaults=self.engine_defaults, frontend=self.frontend)
+        try:
+            return make_scenario(
+                self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu,
+                model=self.model, seed=seed, trace=self.trace, trace_format=fmt,
+                trace_options=table or None, cost_model=self.cost_model,
+                cost_model_transfer=self.cost_model_transfer, engine=self.engine,
+                clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
+        except ValueError as exc:
+            raise flag_named(exc, self.scenario, gpu=self.gpu, model=self.model) from None
+
+
+def flag_named(exc: ValueError, scenario: Path | None, **flags: str | None) -> Exception:
+    """``exc`` (a scenario's error) led by the flag the user typed where it is about a field
+    one of ``flags`` (``gpu``, ``model``: the values given on the command line) set:
+    ``--gpu: unknown GPU preset 'H10' ...`` where it said ``gpu: ...`` (the scenario field's
+    name) or, with ``--scenario``, ``FILE: gpu: ...`` of a value the file did not hold.
+    Any other error is ``exc`` as it is."""
+    text = str(exc)
+    where = f"{scenario}: " if scenario is not None else ""
+    rest = text[len(where):] if text.startswith(where) else text
+    for name, value in flags.items():
+        if value is not None and rest.startswith(f"{name}: "):
+            return CliError(f"--{name.replace('_', '-')}: {rest[len(name) + 2:]}")
+    return exc
 
 
 def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> tuple[str, ...]:

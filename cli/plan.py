@@ -62,6 +62,18 @@ def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
     return values
 
 
+def _gpu_list(text: str) -> tuple[str, ...]:
+    """``--gpus``: each a preset or GPU file, refused under the flag's name (``plan --gpus
+    H10`` said ``unknown GPU preset 'H10'`` without naming the option)."""
+    gpus: tuple[str, ...] = _list(text, "--gpus", str)
+    for gpu in gpus:
+        try:
+            get_gpu(gpu)
+        except (ValueError, OSError) as exc:
+            raise CliError(f"--gpus: {exc}") from None
+    return gpus
+
+
 RootSeedOpt = Annotated[int | None, typer.Option(
     "--seed", min=0, help="Root seed: replication r uses its r-th child (default: the "
     "scenario's).")]
@@ -131,7 +143,7 @@ def plan_cmd(
             names = tuple(policy_names(policies))
         param_values = _param_values(grid)
         spec = PlanSpec(
-            scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
+            scn, gpus=_gpu_list(gpus), tensor_parallel=_list(tp, "--tp", int),
             replicas=_list(replicas, "--replicas", int),
             disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),

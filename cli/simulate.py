@@ -10,6 +10,7 @@ from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
+    flag_named,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -64,7 +65,10 @@ def build_scenario(
         return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
                              seed=seed, trace=trace, trace_format=trace_format,
                              cost_model=cost_model, engine=knobs)
-    except (ValueError, FileNotFoundError) as exc:
+    except ValueError as exc:  # a --gpu or --model the user typed is named as typed
+        named = flag_named(exc, scenario, gpu=gpu, model=model)
+        raise named if isinstance(named, CliError) else CliError(str(exc)) from None
+    except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
 
 

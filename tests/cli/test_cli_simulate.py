@@ -80,8 +80,13 @@ def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
     [
         (["simulate", "--policy", "greedy"], "unknown policy 'greedy'"),
         (["compare", "--policies", "conservative,nope"], "unknown policy 'nope'"),
-        (["simulate", "--gpu", "B300"], "gpu: unknown GPU preset 'B300'"),
-        (["simulate", "--model", "gpt-9"], "model: unknown model preset 'gpt-9'"),
+        # the flag typed, not the scenario field it sets: "error: gpu: unknown GPU preset"
+        (["simulate", "--gpu", "B300"], "error: --gpu: unknown GPU preset 'B300'"),
+        (["simulate", "--model", "gpt-9"], "error: --model: unknown model preset 'gpt-9'"),
+        (["capacity", "--gpu", "H10", "--out", "unused"],
+         "error: --gpu: unknown GPU preset 'H10'"),
+        (["plan", "--gpus", "H100,H10", "--replicas", "1", "--out", "unused"],
+         "error: --gpus: unknown GPU preset 'H10'"),  # it named no option at all
         # the field was not named (fleet.gpus.1 and disaggregation.decode.gpu were)
         (["simulate", "--set", "gpu=H10"], "error: gpu: unknown GPU preset 'H10' (did you"),
         (["simulate", "--set", "model=Llama-3.1-8X"],
@@ -129,6 +134,25 @@ def test_a_scenario_files_unknown_preset_names_the_file_and_key(
     assert code == 2 and "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: {key}: unknown "), stderr
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--gpu", "H10"), ("--model", "Llama-3.1-8X")])
+def test_a_flag_over_a_scenario_file_is_named_not_the_file(
+        tmp_path: Path, flag: str, value: str) -> None:
+    # it blamed the file for the flag's value: "good.toml: gpu: unknown GPU preset 'H10'"
+    good = tmp_path / "good.toml"
+    good.write_text('policy = "conservative"\n[workload]\nkind = "synthetic"\n')
+    code, _, stderr = run("simulate", "--scenario", str(good), flag, value)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: {flag}: unknown ") and str(good) not in stderr, stderr
+    # validate --records takes them too (cli/simulate.build_scenario)
+    rec = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-bench-0.32.0/rate8.json"
+    flags = {"--gpu": "H100-80GB", "--model": "Llama-3.1-8B", flag: value}
+    code, _, stderr = run("validate", "--records", str(rec), *(x for kv in flags.items()
+                                                               for x in kv),
+                          "--out", str(tmp_path / "v"))
+    assert code == 2 and stderr.splitlines()[-1].startswith(f"error: {flag}: unknown "), stderr
 
 
 def test_scenario_file_runs_a_trace(tmp_path: Path, shared: Path) -> None:
