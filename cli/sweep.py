@@ -466,7 +466,7 @@ def capacity_cmd(
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn)
+        setting = say_workload(scn, varies=["rate_scale"])  # the search scales the load
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

@@ -345,7 +345,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
     assert _lines(stderr)[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
-                                 "workload lengths: 30 requests")
+                                 "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in _lines(stderr)[1:4]] == ["warning", "assumed",
                                                                 "assumed"]
     assert _lines(stderr)[3].startswith("assumed: lengths: no max_tokens read from the file")
@@ -364,21 +364,24 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--replications", "1", "--out", str(tmp_path / "sweep3"),
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
-    assert _lines(stderr)[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B; workload lengths: 30 requests over 30.1 s "
+                                 "(0.963 req/s)")
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
                           "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
     assert code == 0, stderr
     assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (given as "
-                                 "H100-80GB); workload lengths: 30 requests")
+                                 "H100-80GB); workload lengths: 30 requests over 30.1 s "
+                                 "(0.963 req/s)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
                           "--out", str(tmp_path / "sweep5"), "--set", "workload.duration_s=5",
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert _lines(stderr)[0].endswith(
-        "; workload default: 24 requests at the scenario's values and seed (the study varies "
+        "; workload default: 24 requests over 4.9 s (4.72 req/s) at the scenario's values and "
+        "seed (the study varies "
         "workload.duration_s; each replication draws its own requests and count)")
 
 
@@ -394,7 +397,7 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
     json.loads(stdout)  # stdout stays the JSON alone
     lines = _lines(stderr)
     assert lines[0] == ("model Qwen2.5-7B on H100-SXM (given as H100-80GB); workload lengths: "
-                        "30 requests")
+                        "30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
 
 

@@ -378,7 +378,8 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
-    said = re.search(r"; workload default: (\d+) requests at the scenario's seed \(each "
+    said = re.search(r"; workload default: (\d+) requests over [\d.]+ s \([\d.]+ req/s\) at "
+                     r"the scenario's seed \(each "
                      r"replication draws its own requests and count\)$", first)
     assert said, first
     import pandas as pd
@@ -402,3 +403,27 @@ def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
                                "tiers.1.queue_timeout_s=2.5")
     assert code == 0, stderr
     assert "queue timeout, interactive 20 s, batch 2.5 s" in " ".join(stdout.split()), stdout
+
+
+def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> None:
+    """``kvbudget plan --trace conv.csv ...`` (the README's "how many H100s?") opened with
+    "workload AzureLLMInferenceTrace_conv: 19,366 requests": no span, no rate, where
+    ``simulate`` on the same trace says "over 58.4 min (5.53 req/s)" and docs/tuning.md says
+    the line above a table gives the offered rate. A study's line now says it as simulate's
+    does; ``capacity``, which scales the load, says it is the rate at scale 1."""
+    short = ("--set", "workload.duration_s=20")
+    code, stdout, _ = run("simulate", *short)
+    assert code == 0
+    load = re.search(r" over [\d.]+ s \([\d.]+ req/s\)", stdout.replace("\n  ", " "))
+    assert load, stdout
+    code, _, stderr = run("plan", *short, "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+                          "-j", "1", "--out", tmp_path / "p")
+    assert code == 0, stderr
+    first = stderr.replace("\n  ", " ").splitlines()[0]
+    assert f"requests{load.group(0)} at the scenario's seed" in first, (first, load.group(0))
+    code, _, stderr = run("capacity", *short, "-r", "1", "--rel-tol", "0.5", "-j", "1",
+                          "--out", tmp_path / "c")
+    assert code == 0, stderr
+    first = stderr.replace("\n  ", " ").splitlines()[0]
+    scaled = load.group(0).replace(" req/s)", " req/s at rate scale 1)")
+    assert f"requests{scaled} at the scenario's seed" in first, (first, scaled)
