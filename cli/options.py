@@ -20,7 +20,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 
 import inspect
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -429,6 +429,38 @@ class ScenarioArgs:
                 clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
         except ValueError as exc:
             raise flag_named(exc, self.scenario, gpu=self.gpu, model=self.model) from None
+
+
+def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
+    """``(flag, scenario key, value)`` of each scenario field the command line set: ``--gpu``,
+    ``--model``, the engine and load flags, each ``--set``."""
+    typed = [(f"--{key}", key, str(value)) for key, value in (("gpu", setup.gpu),
+                                                              ("model", setup.model))
+             if value is not None]
+    for name, (_, _, key) in ENGINE_OPTIONS.items():
+        if key in setup.engine:
+            flag = ("-tp/--tensor-parallel-size" if name == "tensor_parallel_size"
+                    else "--" + name.replace("_", "-"))
+            typed.append((flag, f"engine.{key}", str(setup.engine[key])))
+    for name, (_, _, key) in LOAD_OPTIONS.items():
+        if key in setup.load:
+            typed.append(("--" + name.replace("_", "-"), key, str(setup.load[key])))
+    for item in setup.overrides:
+        key, _, value = (part.strip() for part in item.partition("="))
+        typed.append((f"--set {key}", key, value.strip("\"'")))
+    return typed
+
+
+def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, str]) -> None:
+    """A value typed for a scenario field that ``command`` sets itself in every run
+    (``searched``: its key -> the option that gives its values) would go unused, the runs
+    taking the option's values in its place, silently (``plan --gpu L40S`` ran the default
+    ``--gpus`` and no L40S): refused, naming that option."""
+    for flag, key, value in typed_fields(setup):
+        if key in searched:
+            raise CliError(f"{flag}: {command} sets {key} from {searched[key]} in every run, "
+                           f"so {value} given here would go unused: give it in "
+                           f"{searched[key]}")
 
 
 def flag_named(exc: ValueError, scenario: Path | None, **flags: str | None) -> Exception:

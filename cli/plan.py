@@ -14,6 +14,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    refuse_searched,
     say_workload,
     with_scenario_options,
 )
@@ -76,26 +77,8 @@ def _gpu_list(text: str) -> tuple[str, ...]:
 
 PLAN_AXES = {"gpu": "--gpus", "engine.tensor_parallel_size": "--tp",
              "fleet.num_replicas": "--replicas"}
-"""The scenario fields ``plan`` searches, each with the option that gives its values."""
-
-
-def _refuse_searched(setup: ScenarioArgs) -> None:
-    """``plan --gpu L40S`` (or ``-tp 2``, ``--set fleet.num_replicas=2``) ran the default
-    ``--gpus`` (``--tp``, ``--replicas``) and never the value given, saying nothing: a value
-    typed for a field the plan searches is refused, naming the option that searches it."""
-    typed = [("--gpu", "gpu", setup.gpu)] if setup.gpu is not None else []
-    if "tensor_parallel_size" in setup.engine:
-        typed.append(("-tp/--tensor-parallel-size", "engine.tensor_parallel_size",
-                      str(setup.engine["tensor_parallel_size"])))
-    for item in setup.overrides:
-        key, _, value = (part.strip() for part in item.partition("="))
-        if key in PLAN_AXES:
-            typed.append((f"--set {key}", key, value.strip("\"'")))
-    if typed:
-        flag, key, value = typed[0]
-        raise CliError(f"{flag}: plan tries each value of {PLAN_AXES[key]} in its place "
-                       f"(kvbudget plan --help), so this one would go unused: give "
-                       f"{PLAN_AXES[key]} {value}")
+"""The scenario fields ``plan`` sets in every run, each with the option that gives its values
+(a value typed for one is refused: :func:`~kvbudget.cli.options.refuse_searched`)."""
 
 
 RootSeedOpt = Annotated[int | None, typer.Option(
@@ -156,7 +139,7 @@ def plan_cmd(
     """
     with user_errors():
         check_out_dir(out)
-        _refuse_searched(setup)
+        refuse_searched(setup, "plan", PLAN_AXES)
         if setup.trace_args.rate_scales() is not None and len(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")

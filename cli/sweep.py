@@ -18,6 +18,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    refuse_searched,
     say_workload,
     with_scenario_options,
 )
@@ -149,6 +150,8 @@ def sweep_cmd(
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes = _sweep_axes(policies, grid, rate_scale)
+        refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
+                                         if a.key not in ("policy", "rate_scale")})
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume)
         metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
@@ -317,6 +320,7 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
+        refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=[p.key for p in spec.params])
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)

@@ -376,12 +376,12 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                                  "(0.963 req/s)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
-                          "--out", str(tmp_path / "sweep5"), "--set", "workload.duration_s=5",
+                          "--out", str(tmp_path / "sweep5"),
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert _lines(stderr)[0].endswith(
-        "; workload default: 24 requests over 4.9 s (4.72 req/s) at the scenario's values and "
-        "seed (the study varies "
+        "; workload default: 1,617 requests over 5.0 min (5.4 req/s) at the scenario's values "
+        "and seed (the study varies "
         "workload.duration_s; each replication draws its own requests and count)")
 
 

@@ -427,3 +427,25 @@ def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> N
     first = stderr.replace("\n  ", " ").splitlines()[0]
     scaled = load.group(0).replace(" req/s)", " req/s at rate scale 1)")
     assert f"requests{scaled} at the scenario's seed" in first, (first, scaled)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["sweep", "--grid", "engine.max_num_seqs=128,256", "--max-num-seqs", "64"],
+     "--max-num-seqs: sweep sets engine.max_num_seqs from --grid engine.max_num_seqs in every "
+     "run, so 64 given here would go unused"),
+    (["sweep", "--grid", "gpu=A100-80GB,L40S", "--set", "gpu=H100"],
+     "--set gpu: sweep sets gpu from --grid gpu in every run, so H100 given here"),
+    (["tune", "--policy", "overcommit", "--param", "policy_params.overcommit_ratio=0.1:1",
+      "--set", "policy_params.overcommit_ratio=0.5"],
+     "--set policy_params.overcommit_ratio: tune sets policy_params.overcommit_ratio from "
+     "--param policy_params.overcommit_ratio in every run, so 0.5 given here would go unused"),
+])
+def test_a_value_for_a_key_the_study_varies_is_refused(tmp_path: Path, args: list[str],
+                                                        said: str) -> None:
+    """``sweep --grid engine.max_num_seqs=128,256 --max-num-seqs 64`` ran 128 and 256 and never
+    64, exit 0, saying nothing (``tune`` with a ``--set`` of a key it tunes alike): the value
+    typed is refused, naming the option whose values replace it."""
+    code, _, stderr = run(*args, "-r", "1", "-j", "1", "--out", tmp_path / "s")
+    assert code == 2, stderr
+    assert stderr.startswith(f"error: {said}"), stderr
+    assert not (tmp_path / "s").exists()

@@ -233,9 +233,11 @@ def test_plan_refuses_a_value_of_a_field_it_searches(tmp_path: Path, typed: list
                                    "--out", str(tmp_path / "p")])
     assert res.exit_code == 2, res.output
     flag = {"-tp": "-tp/--tensor-parallel-size", "--set": f"--set {typed[1].split('=')[0]}"}
-    assert res.stderr.strip().startswith(f"error: {flag.get(typed[0], typed[0])}: plan tries "
-                                         f"each value of {axis.split()[0]} in its place")
-    assert res.stderr.strip().endswith(f"so this one would go unused: give {axis}"), res.stderr
+    option, value = axis.split()
+    assert res.stderr.strip().startswith(f"error: {flag.get(typed[0], typed[0])}: plan sets "), \
+        res.stderr
+    assert res.stderr.strip().endswith(
+        f"in every run, so {value} given here would go unused: give it in {option}"), res.stderr
     assert not (tmp_path / "p").exists()
 
 
