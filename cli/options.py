@@ -340,10 +340,12 @@ class TraceArgs:
             kwargs["window"] = tuple(kwargs["window"])
         if "clients" in kwargs:
             kwargs["clients"] = tuple(kwargs["clients"])
-        if "max_output" in v:
-            kwargs["max_output"] = parse_max_output(v["max_output"])
-        if "arrival" in v:
-            kwargs["arrival"] = parse_arrival(v["arrival"])
+        for key, parse in (("max_output", parse_max_output), ("arrival", parse_arrival)):
+            if key in v:  # a rule's or process's bad value, under the option that gave it
+                try:
+                    kwargs[key] = parse(v[key])
+                except ValueError as exc:  # "q must be in [0, 1], got 2" named no option
+                    raise CliError(f"--{key.replace('_', '-')}: {exc}") from None
         scales = self.rate_scales()
         if with_rate_scale and scales is not None:
             if len(scales) != 1:
@@ -428,7 +430,8 @@ class ScenarioArgs:
                 cost_model_transfer=self.cost_model_transfer, engine=self.engine,
                 clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
         except ValueError as exc:
-            raise flag_named(exc, self.scenario, gpu=self.gpu, model=self.model) from None
+            raise flag_named(exc, self.scenario, gpu=self.gpu, model=self.model,
+                             seed=None if seed is None else str(seed)) from None
 
 
 def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:

@@ -460,6 +460,10 @@ def capacity_cmd(
         names = policy_names(policies)
         if setup.trace_args.rate_scales() is not None:
             raise CliError("--rate-scale: capacity searches the load itself")
+        if target is not None and not 0 < target <= 1:  # it said "target must be ..."
+            raise CliError(f"--target: must be in (0, 1], got {target:g}")
+        if not 0 < rel_tol < 1:
+            raise CliError(f"--rel-tol: must be in (0, 1), got {rel_tol:g}")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         slos = tuple(Constraint.parse(c) for c in slo or [])

@@ -449,3 +449,25 @@ def test_a_value_for_a_key_the_study_varies_is_refused(tmp_path: Path, args: lis
     assert code == 2, stderr
     assert stderr.startswith(f"error: {said}"), stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["simulate", "--max-output", "quantile:2"], "error: --max-output: q must be in [0, 1]"),
+    (["simulate", "--max-output", "factor:0.5"], "error: --max-output: factor must be in"),
+    (["simulate", "--arrival", "poisson:-1"], "error: --arrival: rate_rps must be > 0"),
+    (["simulate", "--seed", "-1"], "error: --seed: input should be greater than or equal to 0"),
+    (["capacity", "--target", "1.5"], "error: --target: must be in (0, 1], got 1.5"),
+    (["capacity", "--rel-tol", "0"], "error: --rel-tol: must be in (0, 1), got 0"),
+])
+def test_a_bad_option_value_names_the_option(tmp_path: Path, args: list[str],
+                                             said: str) -> None:
+    """"q must be in [0, 1], got 2" (``--max-output quantile:2``), "rate_rps must be > 0"
+    (``--arrival``), "seed: ..." (``--seed -1``) and "target must be in (0, 1]" (``capacity
+    --target 1.5``) named no option the user typed: each now leads with it."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 5)
+    extra = ["--trace", str(trace)] if args[1] in ("--max-output", "--arrival") else []
+    out = ["--out", str(tmp_path / "c")] if args[0] == "capacity" else []
+    code, _, stderr = run(*args, *extra, *out)
+    assert code == 2 and stderr.startswith(said), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
