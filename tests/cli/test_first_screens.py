@@ -471,3 +471,22 @@ def test_a_bad_option_value_names_the_option(tmp_path: Path, args: list[str],
     code, _, stderr = run(*args, *extra, *out)
     assert code == 2 and stderr.startswith(said), stderr
     assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--rate-rps", "-1"], "error: --rate-rps: must be > 0, got -1"),
+    (["--duration-s", "-3"], "error: --duration-s: must be > 0, got -3"),
+    (["--seed", "-1"], "error: Invalid value for '--seed': -1 is not in the range x>=0"),
+    (["--spec", "SPEC"], "error: SPEC: workload.arrival is required"),
+])
+def test_trace_synth_names_the_flag_or_the_file(tmp_path: Path, args: list[str],
+                                               said: str) -> None:
+    """``trace synth --rate-rps -1`` said "workload.arrival.rate_rps must be > 0" (a field the
+    user never typed), ``--seed -1`` "expected non-negative integer" (no option at all) and a
+    bad ``--spec`` file "workload.arrival is required" without the file."""
+    spec = tmp_path / "w.toml"
+    spec.write_text('[workload]\nkind = "synthetic"\nduration_s = -5\n')
+    args = [str(spec) if a == "SPEC" else a for a in args]
+    code, _, stderr = run("trace", "synth", "--out", tmp_path / "s.csv", *args)
+    assert code == 2 and stderr.startswith(said.replace("SPEC", str(spec))), stderr
+    assert not (tmp_path / "s.csv").exists()
