@@ -41,7 +41,7 @@ trace_app = typer.Typer(
 )
 
 SeedOpt = Annotated[int | None, typer.Option(
-    "--seed", help="Seed of every random choice (sampling, tiers, synthetic arrivals): the "
+    "--seed", min=0, help="Seed of every random choice (sampling, tiers, synthetic arrivals): the "
     "workload `kvbudget simulate --trace FILE --seed N` simulates (default 0).",
     rich_help_panel="Trace options")]
 

@@ -490,3 +490,15 @@ def test_trace_synth_names_the_flag_or_the_file(tmp_path: Path, args: list[str],
     code, _, stderr = run("trace", "synth", "--out", tmp_path / "s.csv", *args)
     assert code == 2 and stderr.startswith(said.replace("SPEC", str(spec))), stderr
     assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["stats", "convert"])
+def test_trace_seed_refuses_a_negative_seed_by_name(tmp_path: Path, command: str) -> None:
+    """``trace stats FILE --seed -1 --sample-fraction 0.5`` said "expected non-negative
+    integer" (numpy's words, no option), and without a random choice took -1 silently."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    out = ["--out", str(tmp_path / "c.csv")] if command == "convert" else []
+    code, _, stderr = run("trace", command, trace, *out, "--seed", "-1")
+    assert code == 2 and stderr.startswith(
+        "error: Invalid value for '--seed': -1 is not in the range x>=0"), stderr
