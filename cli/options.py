@@ -20,7 +20,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 
 import inspect
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -430,8 +430,10 @@ class ScenarioArgs:
                 cost_model_transfer=self.cost_model_transfer, engine=self.engine,
                 clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
         except ValueError as exc:
-            raise flag_named(exc, self.scenario, gpu=self.gpu, model=self.model,
-                             seed=None if seed is None else str(seed)) from None
+            typed = [(flag, key) for flag, key, _ in typed_fields(self)
+                     if not flag.startswith("--set ")]
+            raise flag_named(exc, self.scenario, [*typed, *(
+                [("--seed", "seed")] if seed is not None else [])]) from None
 
 
 def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
@@ -466,18 +468,22 @@ def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, st
                            f"{searched[key]}")
 
 
-def flag_named(exc: ValueError, scenario: Path | None, **flags: str | None) -> Exception:
+def flag_named(exc: ValueError, scenario: Path | None,
+               typed: Sequence[tuple[str, str]]) -> Exception:
     """``exc`` (a scenario's error) led by the flag the user typed where it is about a field
-    one of ``flags`` (``gpu``, ``model``: the values given on the command line) set:
+    one of ``typed`` (``(flag, scenario key)``: the flags given on the command line) set:
     ``--gpu: unknown GPU preset 'H10' ...`` where it said ``gpu: ...`` (the scenario field's
-    name) or, with ``--scenario``, ``FILE: gpu: ...`` of a value the file did not hold.
-    Any other error is ``exc`` as it is."""
+    name), ``--max-num-seqs: ...`` for ``engine.max_num_seqs: ...``, or, with
+    ``--scenario``, ``FILE: gpu: ...`` of a value the file did not hold. Any other error is
+    ``exc`` as it is."""
     text = str(exc)
     where = f"{scenario}: " if scenario is not None else ""
     rest = text[len(where):] if text.startswith(where) else text
-    for name, value in flags.items():
-        if value is not None and rest.startswith(f"{name}: "):
-            return CliError(f"--{name.replace('_', '-')}: {rest[len(name) + 2:]}")
+    for flag, key in typed:
+        if rest.startswith(f"{key}: "):
+            return CliError(f"{flag}: {rest[len(key) + 2:]}")
+        if rest.startswith(f"{key} "):  # "engine.tensor_parallel_size 3 does not divide ..."
+            return CliError(f"{flag} {rest[len(key) + 1:]}")
     return exc
 
 

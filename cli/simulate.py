@@ -65,8 +65,12 @@ def build_scenario(
         return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
                              seed=seed, trace=trace, trace_format=trace_format,
                              cost_model=cost_model, engine=knobs)
-    except ValueError as exc:  # a --gpu or --model the user typed is named as typed
-        named = flag_named(exc, scenario, gpu=gpu, model=model)
+    except ValueError as exc:  # a --gpu, --model or engine flag is named as typed
+        typed = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
+                 if value is not None]
+        typed += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
+                   f"engine.{key}") for key, value in knobs.items() if value is not None]
+        named = flag_named(exc, scenario, typed)
         raise named if isinstance(named, CliError) else CliError(str(exc)) from None
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None

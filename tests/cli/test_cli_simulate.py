@@ -91,8 +91,11 @@ def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
         (["simulate", "--set", "gpu=H10"], "error: gpu: unknown GPU preset 'H10' (did you"),
         (["simulate", "--set", "model=Llama-3.1-8X"],
          "error: model: unknown model preset 'Llama-3.1-8X' (did you"),
-        (["simulate", "--num-gpu-blocks", "-5"], "num_gpu_blocks"),
-        (["simulate", "--max-num-seqs", "0"], "max_num_seqs"),
+        # the engine flags typed, not the engine.* fields they set
+        (["simulate", "--num-gpu-blocks", "-5"], "error: --num-gpu-blocks: input should be"),
+        (["simulate", "--max-num-seqs", "0"], "error: --max-num-seqs: input should be"),
+        (["simulate", "-tp", "3"], "error: -tp/--tensor-parallel-size 3 does not divide"),
+        (["simulate", "--seed", "-1"], "error: --seed: input should be greater than or equal"),
         (["simulate", "--set", "workload.arrival.rate_rps=-1"], "rate_rps"),
         (["simulate", "--set", "engine.bogus=1"], "engine.bogus"),
         (["simulate", "--set", "policy_params.overcommit_ratio=2", "--policy", "overcommit"],
