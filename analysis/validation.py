@@ -56,6 +56,21 @@ def shown_value(metric: str, value: Any) -> Any:
     return value
 
 
+def counts_whole(table: pd.DataFrame) -> pd.DataFrame:
+    """A comparison table (``metric``, ``simulated``, ``measured``, ...) as ``validation.csv``
+    and ``validation.json`` write it: each count's figures (:data:`COUNT_METRICS`) whole
+    (:func:`shown_value`: ``20``, not ``20.0``), latencies and rates as they are. The table
+    itself keeps floats (a NaN where a side has none)."""
+    import pandas as pd
+
+    out = table.copy()
+    for col in ("simulated", "measured"):
+        out[col] = pd.Series([shown_value(m, v) for m, v in zip(out["metric"], out[col],
+                                                                   strict=True)],
+                             index=out.index, dtype=object)
+    return out
+
+
 def add_frontend_overhead(records: pd.DataFrame, overhead_s: float) -> pd.DataFrame:
     """Simulated records as a client would see them: first token and finish later by the API
     server's own time (TPOT is unchanged: it is paid once per request, not per token)."""
@@ -165,7 +180,7 @@ class Validation:
         return {
             "frontend_overhead_s": self.frontend_overhead_s,
             "metrics": [{k: clean(v) for k, v in r.items()}
-                        for r in self.metrics.to_dict(orient="records")],
+                        for r in counts_whole(self.metrics).to_dict(orient="records")],
             "per_request": [{k: clean(v) for k, v in r.items()}
                             for r in self.per_request.to_dict(orient="records")],
             "said": list(self.said),

@@ -20,7 +20,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 
 import inspect
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -340,10 +340,12 @@ class TraceArgs:
             kwargs["window"] = tuple(kwargs["window"])
         if "clients" in kwargs:
             kwargs["clients"] = tuple(kwargs["clients"])
-        if "max_output" in v:
-            kwargs["max_output"] = parse_max_output(v["max_output"])
-        if "arrival" in v:
-            kwargs["arrival"] = parse_arrival(v["arrival"])
+        for key, parse in (("max_output", parse_max_output), ("arrival", parse_arrival)):
+            if key in v:  # a rule's or process's bad value, under the option that gave it
+                try:
+                    kwargs[key] = parse(v[key])
+                except ValueError as exc:  # "q must be in [0, 1], got 2" named no option
+                    raise CliError(f"--{key.replace('_', '-')}: {exc}") from None
         scales = self.rate_scales()
         if with_rate_scale and scales is not None:
             if len(scales) != 1:
@@ -420,12 +422,69 @@ class ScenarioArgs:
             except ValueError as exc:
                 raise CliError(str(exc)) from None
         load = [f"{key}={value}" for key, value in self.load.items()]
-        return make_scenario(
-            self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu, model=self.model,
-            seed=seed, trace=self.trace, trace_format=fmt, trace_options=table or None,
-            cost_model=self.cost_model, cost_model_transfer=self.cost_model_transfer,
-            engine=self.engine, clients=clients,
-            engine_defaults=self.engine_defaults, frontend=self.frontend)
+        try:
+            return make_scenario(
+                self.scenario, (*self.overrides, *load), policy=policy, gpu=self.gpu,
+                model=self.model, seed=seed, trace=self.trace, trace_format=fmt,
+                trace_options=table or None, cost_model=self.cost_model,
+                cost_model_transfer=self.cost_model_transfer, engine=self.engine,
+                clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
+        except ValueError as exc:
+            typed = [(flag, key) for flag, key, _ in typed_fields(self)
+                     if not flag.startswith("--set ")]
+            raise flag_named(exc, self.scenario, [*typed, *(
+                [("--seed", "seed")] if seed is not None else [])]) from None
+
+
+def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
+    """``(flag, scenario key, value)`` of each scenario field the command line set: ``--gpu``,
+    ``--model``, the engine and load flags, each ``--set``."""
+    typed = [(f"--{key}", key, str(value)) for key, value in (("gpu", setup.gpu),
+                                                              ("model", setup.model))
+             if value is not None]
+    for name, (_, _, key) in ENGINE_OPTIONS.items():
+        if key in setup.engine:
+            flag = ("-tp/--tensor-parallel-size" if name == "tensor_parallel_size"
+                    else "--" + name.replace("_", "-"))
+            typed.append((flag, f"engine.{key}", str(setup.engine[key])))
+    for name, (_, _, key) in LOAD_OPTIONS.items():
+        if key in setup.load:
+            typed.append(("--" + name.replace("_", "-"), key, str(setup.load[key])))
+    for item in setup.overrides:
+        key, _, value = (part.strip() for part in item.partition("="))
+        typed.append((f"--set {key}", key, value.strip("\"'")))
+    return typed
+
+
+def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, str]) -> None:
+    """A value typed for a scenario field that ``command`` sets itself in every run
+    (``searched``: its key -> the option that gives its values) would go unused, the runs
+    taking the option's values in its place, silently (``plan --gpu L40S`` ran the default
+    ``--gpus`` and no L40S): refused, naming that option."""
+    for flag, key, value in typed_fields(setup):
+        if key in searched:
+            raise CliError(f"{flag}: {command} sets {key} from {searched[key]} in every run, "
+                           f"so {value} given here would go unused: give it in "
+                           f"{searched[key]}")
+
+
+def flag_named(exc: ValueError, scenario: Path | None,
+               typed: Sequence[tuple[str, str]]) -> Exception:
+    """``exc`` (a scenario's error) led by the flag the user typed where it is about a field
+    one of ``typed`` (``(flag, scenario key)``: the flags given on the command line) set:
+    ``--gpu: unknown GPU preset 'H10' ...`` where it said ``gpu: ...`` (the scenario field's
+    name), ``--max-num-seqs: ...`` for ``engine.max_num_seqs: ...``, or, with
+    ``--scenario``, ``FILE: gpu: ...`` of a value the file did not hold. Any other error is
+    ``exc`` as it is."""
+    text = str(exc)
+    where = f"{scenario}: " if scenario is not None else ""
+    rest = text[len(where):] if text.startswith(where) else text
+    for flag, key in typed:
+        if rest.startswith(f"{key}: "):
+            return CliError(f"{flag}: {rest[len(key) + 2:]}")
+        if rest.startswith(f"{key} "):  # "engine.tensor_parallel_size 3 does not divide ..."
+            return CliError(f"{flag} {rest[len(key) + 1:]}")
+    return exc
 
 
 def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    refuse_searched,
     say_workload,
     with_scenario_options,
 )
@@ -60,6 +61,24 @@ def _list(text: str, option: str, kind: type) -> tuple[Any, ...]:
     if kind is int and not all(1 <= v <= MAX_REPLICAS for v in values):
         raise CliError(f"{option}: each value must be in [1, {MAX_REPLICAS:,}], got {text!r}")
     return values
+
+
+def _gpu_list(text: str) -> tuple[str, ...]:
+    """``--gpus``: each a preset or GPU file, refused under the flag's name (``plan --gpus
+    H10`` said ``unknown GPU preset 'H10'`` without naming the option)."""
+    gpus: tuple[str, ...] = _list(text, "--gpus", str)
+    for gpu in gpus:
+        try:
+            get_gpu(gpu)
+        except (ValueError, OSError) as exc:
+            raise CliError(f"--gpus: {exc}") from None
+    return gpus
+
+
+PLAN_AXES = {"gpu": "--gpus", "engine.tensor_parallel_size": "--tp",
+             "fleet.num_replicas": "--replicas"}
+"""The scenario fields ``plan`` sets in every run, each with the option that gives its values
+(a value typed for one is refused: :func:`~kvbudget.cli.options.refuse_searched`)."""
 
 
 RootSeedOpt = Annotated[int | None, typer.Option(
@@ -120,6 +139,7 @@ def plan_cmd(
     """
     with user_errors():
         check_out_dir(out)
+        refuse_searched(setup, "plan", PLAN_AXES)
         if setup.trace_args.rate_scales() is not None and len(
                 setup.trace_args.rate_scales() or ()) > 1:
             raise CliError("--rate-scale: plan takes one load")
@@ -131,7 +151,7 @@ def plan_cmd(
             names = tuple(policy_names(policies))
         param_values = _param_values(grid)
         spec = PlanSpec(
-            scn, gpus=_list(gpus, "--gpus", str), tensor_parallel=_list(tp, "--tp", int),
+            scn, gpus=_gpu_list(gpus), tensor_parallel=_list(tp, "--tp", int),
             replicas=_list(replicas, "--replicas", int),
             disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),

@@ -10,6 +10,7 @@ from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
+    flag_named,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -64,7 +65,14 @@ def build_scenario(
         return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
                              seed=seed, trace=trace, trace_format=trace_format,
                              cost_model=cost_model, engine=knobs)
-    except (ValueError, FileNotFoundError) as exc:
+    except ValueError as exc:  # a --gpu, --model or engine flag is named as typed
+        typed = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
+                 if value is not None]
+        typed += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
+                   f"engine.{key}") for key, value in knobs.items() if value is not None]
+        named = flag_named(exc, scenario, typed)
+        raise named if isinstance(named, CliError) else CliError(str(exc)) from None
+    except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
 
 

@@ -18,6 +18,7 @@ from kvbudget.cli.options import (
     JobsOpt,
     ScenarioArgs,
     policy_names,
+    refuse_searched,
     say_workload,
     with_scenario_options,
 )
@@ -149,6 +150,8 @@ def sweep_cmd(
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes = _sweep_axes(policies, grid, rate_scale)
+        refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
+                                         if a.key not in ("policy", "rate_scale")})
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume)
         metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
@@ -317,6 +320,7 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
+        refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=[p.key for p in spec.params])
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)
@@ -456,6 +460,10 @@ def capacity_cmd(
         names = policy_names(policies)
         if setup.trace_args.rate_scales() is not None:
             raise CliError("--rate-scale: capacity searches the load itself")
+        if target is not None and not 0 < target <= 1:  # it said "target must be ..."
+            raise CliError(f"--target: must be in (0, 1], got {target:g}")
+        if not 0 < rel_tol < 1:
+            raise CliError(f"--rel-tol: must be in (0, 1), got {rel_tol:g}")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         slos = tuple(Constraint.parse(c) for c in slo or [])
@@ -466,7 +474,7 @@ def capacity_cmd(
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn)
+        setting = say_workload(scn, varies=["rate_scale"])  # the search scales the load
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

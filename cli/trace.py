@@ -41,7 +41,7 @@ trace_app = typer.Typer(
 )
 
 SeedOpt = Annotated[int | None, typer.Option(
-    "--seed", help="Seed of every random choice (sampling, tiers, synthetic arrivals): the "
+    "--seed", min=0, help="Seed of every random choice (sampling, tiers, synthetic arrivals): the "
     "workload `kvbudget simulate --trace FILE --seed N` simulates (default 0).",
     rich_help_panel="Trace options")]
 
@@ -198,6 +198,18 @@ def _synth_spec(spec_file: Path | None) -> dict[str, Any]:
     return table
 
 
+def _synth_error(exc: ValueError, spec: Path | None,
+                 flags: dict[str, tuple[str, Any]]) -> CliError:
+    """``exc`` (the workload table's) under what the user typed: the flag that set the field
+    (``--rate-rps: must be > 0, got -1``, where it said ``workload.arrival.rate_rps ...``),
+    else the ``--spec`` file (it named no file)."""
+    text = str(exc)
+    for flag, (key, value) in flags.items():
+        if value is not None and text.startswith(f"{key} "):
+            return CliError(f"{flag}: {text[len(key) + 1:]}")
+    return CliError(f"{spec}: {text}" if spec is not None else text)
+
+
 @trace_app.command("synth")
 def synth_command(
     out: Annotated[Path, typer.Option("--out", help="Output: .parquet, .csv or .jsonl.")],
@@ -210,7 +222,7 @@ def synth_command(
         "--duration-s", help="Override the duration (drops num_requests).")] = None,
     num_requests: Annotated[int | None, typer.Option(
         "--num-requests", help="Override the request count (drops duration_s).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of every draw.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every draw.")] = 0,
 ) -> None:
     """Generate a synthetic workload (from --spec, or the default mix) and write it."""
     with user_errors():
@@ -232,7 +244,13 @@ def synth_command(
         if num_requests is not None:
             table = {k: v for k, v in table.items() if k != "duration_s"}
             table["num_requests"] = num_requests
-        parsed = parse_workload_spec(table)
+        try:
+            parsed = parse_workload_spec(table)
+        except ValueError as exc:
+            raise _synth_error(exc, spec, {"--rate-rps": ("workload.arrival.rate_rps", rate_rps),
+                                           "--duration-s": ("workload.duration_s", duration_s),
+                                           "--num-requests": ("workload.num_requests",
+                                                              num_requests)}) from None
         base_dir = spec.resolve().parent if spec is not None else None
         workload = build_workload(parsed, np.random.default_rng(seed), base_dir)
         if len(workload) == 0:  # no loader reads an empty trace back

@@ -145,16 +145,21 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
 
 
 def _arrivals(s: Mapping[str, Any], num: int) -> str:
-    """`` over SPAN (RATE req/s)``: the arrivals' span, first to last (the summary's
-    ``offered_window_s``), and their mean rate (:func:`~kvbudget.workloads.arrival_rate.
-    mean_arrival_rate`, as ``trace stats`` has it):
-    a trace's times read in the wrong unit show here (a day where a minute was meant)."""
-    window = s.get("offered_window_s")
+    """:func:`arrivals_said` of the summary's ``offered_window_s``."""
+    return arrivals_said(num, s.get("offered_window_s"))
+
+
+def arrivals_said(num: int, window: Any, note: str = "") -> str:
+    """`` over SPAN (RATE req/s)``: ``num`` arrivals' span, first to last (a summary's
+    ``offered_window_s``, a workload's ``span_s``), and their mean rate
+    (:func:`~kvbudget.workloads.arrival_rate.mean_arrival_rate`, as ``trace stats`` has it),
+    ``note`` after the rate: a trace's times read in the wrong unit show here (a day where a
+    minute was meant). ``""`` below two arrivals or without a span."""
     if not isinstance(window, int | float) or not window > 0 or num < 2:
         return ""
     span = (f"{window:,.1f} s" if window < 120 else f"{window / 60:,.1f} min"
             if window < 7200 else f"{window / 3600:,.1f} h")
-    return f" over {span} ({mean_arrival_rate(num, window) or 0:.3g} req/s)"
+    return f" over {span} ({mean_arrival_rate(num, window) or 0:.3g} req/s{note})"
 
 
 def _closed_loop(users: Any) -> str:

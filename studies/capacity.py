@@ -362,7 +362,7 @@ def capacity(spec: CapacitySpec, executor: Executor | None = None, *,
     gpus = num_gpus(spec.scenario)
     results = [_result(s, spec, gpus) for s in searches.values()]
     return CapacityResult(spec, results, all_rows, world_rows, tuple(setting) if setting
-                          is not None else study_setting(spec.scenario))
+                          is not None else study_setting(spec.scenario, ["rate_scale"]))
 
 
 def _rate_at(rows: Sequence[dict[str, Any]]) -> float:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.results.said import as_given, fill
+from kvbudget.results.said import arrivals_said, as_given, fill
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.traces.report import load_said
 
@@ -23,9 +23,11 @@ __all__ = ["errors_line", "study_repr", "study_setting"]
 
 
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
-    """``model M on G; workload W: N requests`` (``models as the study varies them`` where it
-    does; the workload's figures said as the scenario's where the study varies it), then ``warning: W: ...`` and ``assumed: W:
-    ...`` for what loading the workload said; the GPU only where every run takes the
+    """``model M on G; workload W: N requests over SPAN (RATE req/s)`` (an open loop's
+    arrivals, as ``simulate``'s line says them; ``at rate scale 1`` where the study scales
+    them, ``rate_scale`` in ``varies``; ``models as the study varies them`` where it does; the
+    workload's figures said as the scenario's where the study varies it), then ``warning: W:
+    ...`` and ``assumed: W: ...`` for what loading the workload said; the GPU only where every run takes the
     scenario's (not a fleet's, a deployment's pools' or one the study varies: ``varies``, the
     keys it varies): what a study's per-GPU figures are per."""
     workload = scn.workload()
@@ -47,8 +49,11 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     if drawn:
         notes.append(f"each replication draws its own {drawn}")
     at = " and ".join(w for w, on in (("values", varied), ("seed", drawn)) if on)
+    # the load, as simulate's line says it; a study that scales it says whose rate it is
+    load = "" if loop is not None else arrivals_said(
+        len(workload), workload.span_s, " at rate scale 1" if "rate_scale" in varies else "")
     return (f"{model}{where}; workload {workload.name}: {counted(len(workload), 'request')}"
-            + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
+            + load + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))

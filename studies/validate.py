@@ -29,6 +29,7 @@ from kvbudget.analysis.validation import (
     OVERALL,
     Validation,
     compare_recorded,
+    counts_whole,
     offered_rate_stages,
     per_request_errors,
     plot_validation,
@@ -226,7 +227,7 @@ class OfflineValidation:
             "frontend_overhead_s": self.frontend_overhead_s,
             "num_compared": self.num_compared,
             "metrics": [{k: clean(v) for k, v in r.items()}
-                        for r in self.table.to_dict(orient="records")],
+                        for r in counts_whole(self.table).to_dict(orient="records")],
             "per_request": [{k: clean(v) for k, v in r.items()}
                             for r in self.per_request.to_dict(orient="records")],
             "said": list(self.said),
@@ -313,7 +314,7 @@ def write_validation(result: OfflineValidation, recording: Recording, out: Path,
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
-    result.table.to_csv(out / "validation.csv", index=False)
+    counts_whole(result.table).to_csv(out / "validation.csv", index=False)
     payload = {**result.to_dict(), "records": recording.path, "format": recording.format,
                "counts": recording.counts, "notes": list(recording.notes),
                "holdout_rows": None if rows is None else int(np.asarray(rows).sum()),
@@ -401,7 +402,7 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
                          token_gaps_of=others)
         sim_c.write(out / "sim-drift-corrected")
         outcome = LiveComparison(result, drift_factor, compare(sim_c)[0])
-    result.metrics.to_csv(out / "validation.csv", index=False)
+    counts_whole(result.metrics).to_csv(out / "validation.csv", index=False)
     corrected = outcome.drift_corrected
     (out / "validation.json").write_text(json.dumps(
         {**result.to_dict(), "policy": policy_name, **dict(meta or {}),

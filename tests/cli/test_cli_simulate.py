@@ -80,14 +80,22 @@ def test_compare_prints_each_policy_side_by_side(tmp_path: Path) -> None:
     [
         (["simulate", "--policy", "greedy"], "unknown policy 'greedy'"),
         (["compare", "--policies", "conservative,nope"], "unknown policy 'nope'"),
-        (["simulate", "--gpu", "B300"], "gpu: unknown GPU preset 'B300'"),
-        (["simulate", "--model", "gpt-9"], "model: unknown model preset 'gpt-9'"),
+        # the flag typed, not the scenario field it sets: "error: gpu: unknown GPU preset"
+        (["simulate", "--gpu", "B300"], "error: --gpu: unknown GPU preset 'B300'"),
+        (["simulate", "--model", "gpt-9"], "error: --model: unknown model preset 'gpt-9'"),
+        (["capacity", "--gpu", "H10", "--out", "unused"],
+         "error: --gpu: unknown GPU preset 'H10'"),
+        (["plan", "--gpus", "H100,H10", "--replicas", "1", "--out", "unused"],
+         "error: --gpus: unknown GPU preset 'H10'"),  # it named no option at all
         # the field was not named (fleet.gpus.1 and disaggregation.decode.gpu were)
         (["simulate", "--set", "gpu=H10"], "error: gpu: unknown GPU preset 'H10' (did you"),
         (["simulate", "--set", "model=Llama-3.1-8X"],
          "error: model: unknown model preset 'Llama-3.1-8X' (did you"),
-        (["simulate", "--num-gpu-blocks", "-5"], "num_gpu_blocks"),
-        (["simulate", "--max-num-seqs", "0"], "max_num_seqs"),
+        # the engine flags typed, not the engine.* fields they set
+        (["simulate", "--num-gpu-blocks", "-5"], "error: --num-gpu-blocks: input should be"),
+        (["simulate", "--max-num-seqs", "0"], "error: --max-num-seqs: input should be"),
+        (["simulate", "-tp", "3"], "error: -tp/--tensor-parallel-size 3 does not divide"),
+        (["simulate", "--seed", "-1"], "error: --seed: input should be greater than or equal"),
         (["simulate", "--set", "workload.arrival.rate_rps=-1"], "rate_rps"),
         (["simulate", "--set", "engine.bogus=1"], "engine.bogus"),
         (["simulate", "--set", "policy_params.overcommit_ratio=2", "--policy", "overcommit"],
@@ -129,6 +137,25 @@ def test_a_scenario_files_unknown_preset_names_the_file_and_key(
     assert code == 2 and "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: {key}: unknown "), stderr
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--gpu", "H10"), ("--model", "Llama-3.1-8X")])
+def test_a_flag_over_a_scenario_file_is_named_not_the_file(
+        tmp_path: Path, flag: str, value: str) -> None:
+    # it blamed the file for the flag's value: "good.toml: gpu: unknown GPU preset 'H10'"
+    good = tmp_path / "good.toml"
+    good.write_text('policy = "conservative"\n[workload]\nkind = "synthetic"\n')
+    code, _, stderr = run("simulate", "--scenario", str(good), flag, value)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: {flag}: unknown ") and str(good) not in stderr, stderr
+    # validate --records takes them too (cli/simulate.build_scenario)
+    rec = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-bench-0.32.0/rate8.json"
+    flags = {"--gpu": "H100-80GB", "--model": "Llama-3.1-8B", flag: value}
+    code, _, stderr = run("validate", "--records", str(rec), *(x for kv in flags.items()
+                                                               for x in kv),
+                          "--out", str(tmp_path / "v"))
+    assert code == 2 and stderr.splitlines()[-1].startswith(f"error: {flag}: unknown "), stderr
 
 
 def test_scenario_file_runs_a_trace(tmp_path: Path, shared: Path) -> None:
@@ -321,7 +348,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
     assert _lines(stderr)[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
-                                 "workload lengths: 30 requests")
+                                 "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in _lines(stderr)[1:4]] == ["warning", "assumed",
                                                                 "assumed"]
     assert _lines(stderr)[3].startswith("assumed: lengths: no max_tokens read from the file")
@@ -340,21 +367,24 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--replications", "1", "--out", str(tmp_path / "sweep3"),
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
-    assert _lines(stderr)[0] == "model Llama-3.1-8B; workload lengths: 30 requests"
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B; workload lengths: 30 requests over 30.1 s "
+                                 "(0.963 req/s)")
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
                           "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
     assert code == 0, stderr
     assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (given as "
-                                 "H100-80GB); workload lengths: 30 requests")
+                                 "H100-80GB); workload lengths: 30 requests over 30.1 s "
+                                 "(0.963 req/s)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
-                          "--out", str(tmp_path / "sweep5"), "--set", "workload.duration_s=5",
+                          "--out", str(tmp_path / "sweep5"),
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert _lines(stderr)[0].endswith(
-        "; workload default: 24 requests at the scenario's values and seed (the study varies "
+        "; workload default: 1,617 requests over 5.0 min (5.4 req/s) at the scenario's values "
+        "and seed (the study varies "
         "workload.duration_s; each replication draws its own requests and count)")
 
 
@@ -370,7 +400,7 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
     json.loads(stdout)  # stdout stays the JSON alone
     lines = _lines(stderr)
     assert lines[0] == ("model Qwen2.5-7B on H100-SXM (given as H100-80GB); workload lengths: "
-                        "30 requests")
+                        "30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
 
 

@@ -378,7 +378,8 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
-    said = re.search(r"; workload default: (\d+) requests at the scenario's seed \(each "
+    said = re.search(r"; workload default: (\d+) requests over [\d.]+ s \([\d.]+ req/s\) at "
+                     r"the scenario's seed \(each "
                      r"replication draws its own requests and count\)$", first)
     assert said, first
     import pandas as pd
@@ -402,3 +403,102 @@ def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
                                "tiers.1.queue_timeout_s=2.5")
     assert code == 0, stderr
     assert "queue timeout, interactive 20 s, batch 2.5 s" in " ".join(stdout.split()), stdout
+
+
+def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> None:
+    """``kvbudget plan --trace conv.csv ...`` (the README's "how many H100s?") opened with
+    "workload AzureLLMInferenceTrace_conv: 19,366 requests": no span, no rate, where
+    ``simulate`` on the same trace says "over 58.4 min (5.53 req/s)" and docs/tuning.md says
+    the line above a table gives the offered rate. A study's line now says it as simulate's
+    does; ``capacity``, which scales the load, says it is the rate at scale 1."""
+    short = ("--set", "workload.duration_s=20")
+    code, stdout, _ = run("simulate", *short)
+    assert code == 0
+    load = re.search(r" over [\d.]+ s \([\d.]+ req/s\)", stdout.replace("\n  ", " "))
+    assert load, stdout
+    code, _, stderr = run("plan", *short, "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
+                          "-j", "1", "--out", tmp_path / "p")
+    assert code == 0, stderr
+    first = stderr.replace("\n  ", " ").splitlines()[0]
+    assert f"requests{load.group(0)} at the scenario's seed" in first, (first, load.group(0))
+    code, _, stderr = run("capacity", *short, "-r", "1", "--rel-tol", "0.5", "-j", "1",
+                          "--out", tmp_path / "c")
+    assert code == 0, stderr
+    first = stderr.replace("\n  ", " ").splitlines()[0]
+    scaled = load.group(0).replace(" req/s)", " req/s at rate scale 1)")
+    assert f"requests{scaled} at the scenario's seed" in first, (first, scaled)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["sweep", "--grid", "engine.max_num_seqs=128,256", "--max-num-seqs", "64"],
+     "--max-num-seqs: sweep sets engine.max_num_seqs from --grid engine.max_num_seqs in every "
+     "run, so 64 given here would go unused"),
+    (["sweep", "--grid", "gpu=A100-80GB,L40S", "--set", "gpu=H100"],
+     "--set gpu: sweep sets gpu from --grid gpu in every run, so H100 given here"),
+    (["tune", "--policy", "overcommit", "--param", "policy_params.overcommit_ratio=0.1:1",
+      "--set", "policy_params.overcommit_ratio=0.5"],
+     "--set policy_params.overcommit_ratio: tune sets policy_params.overcommit_ratio from "
+     "--param policy_params.overcommit_ratio in every run, so 0.5 given here would go unused"),
+])
+def test_a_value_for_a_key_the_study_varies_is_refused(tmp_path: Path, args: list[str],
+                                                        said: str) -> None:
+    """``sweep --grid engine.max_num_seqs=128,256 --max-num-seqs 64`` ran 128 and 256 and never
+    64, exit 0, saying nothing (``tune`` with a ``--set`` of a key it tunes alike): the value
+    typed is refused, naming the option whose values replace it."""
+    code, _, stderr = run(*args, "-r", "1", "-j", "1", "--out", tmp_path / "s")
+    assert code == 2, stderr
+    assert stderr.startswith(f"error: {said}"), stderr
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["simulate", "--max-output", "quantile:2"], "error: --max-output: q must be in [0, 1]"),
+    (["simulate", "--max-output", "factor:0.5"], "error: --max-output: factor must be in"),
+    (["simulate", "--arrival", "poisson:-1"], "error: --arrival: rate_rps must be > 0"),
+    (["simulate", "--seed", "-1"], "error: --seed: input should be greater than or equal to 0"),
+    (["capacity", "--target", "1.5"], "error: --target: must be in (0, 1], got 1.5"),
+    (["capacity", "--rel-tol", "0"], "error: --rel-tol: must be in (0, 1), got 0"),
+])
+def test_a_bad_option_value_names_the_option(tmp_path: Path, args: list[str],
+                                             said: str) -> None:
+    """"q must be in [0, 1], got 2" (``--max-output quantile:2``), "rate_rps must be > 0"
+    (``--arrival``), "seed: ..." (``--seed -1``) and "target must be in (0, 1]" (``capacity
+    --target 1.5``) named no option the user typed: each now leads with it."""
+    trace = tmp_path / "lengths.csv"
+    trace.write_text("prompt_tokens,output_tokens\n" + "100,20\n" * 5)
+    extra = ["--trace", str(trace)] if args[1] in ("--max-output", "--arrival") else []
+    out = ["--out", str(tmp_path / "c")] if args[0] == "capacity" else []
+    code, _, stderr = run(*args, *extra, *out)
+    assert code == 2 and stderr.startswith(said), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--rate-rps", "-1"], "error: --rate-rps: must be > 0, got -1"),
+    (["--duration-s", "-3"], "error: --duration-s: must be > 0, got -3"),
+    (["--seed", "-1"], "error: Invalid value for '--seed': -1 is not in the range x>=0"),
+    (["--spec", "SPEC"], "error: SPEC: workload.arrival is required"),
+])
+def test_trace_synth_names_the_flag_or_the_file(tmp_path: Path, args: list[str],
+                                               said: str) -> None:
+    """``trace synth --rate-rps -1`` said "workload.arrival.rate_rps must be > 0" (a field the
+    user never typed), ``--seed -1`` "expected non-negative integer" (no option at all) and a
+    bad ``--spec`` file "workload.arrival is required" without the file."""
+    spec = tmp_path / "w.toml"
+    spec.write_text('[workload]\nkind = "synthetic"\nduration_s = -5\n')
+    args = [str(spec) if a == "SPEC" else a for a in args]
+    code, _, stderr = run("trace", "synth", "--out", tmp_path / "s.csv", *args)
+    assert code == 2 and stderr.startswith(said.replace("SPEC", str(spec))), stderr
+    assert not (tmp_path / "s.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["stats", "convert"])
+def test_trace_seed_refuses_a_negative_seed_by_name(tmp_path: Path, command: str) -> None:
+    """``trace stats FILE --seed -1 --sample-fraction 0.5`` said "expected non-negative
+    integer" (numpy's words, no option), and without a random choice took -1 silently."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    out = ["--out", str(tmp_path / "c.csv")] if command == "convert" else []
+    code, _, stderr = run("trace", command, trace, *out, "--seed", "-1")
+    assert code == 2 and stderr.startswith(
+        "error: Invalid value for '--seed': -1 is not in the range x>=0"), stderr

@@ -560,7 +560,7 @@ def test_generic_options_on_another_format_are_refused(tmp_path: Path) -> None:
 def test_fewer_batched_tokens_than_sequences_is_refused_as_vllm_does() -> None:
     code, _, stderr = run("simulate", *TINY, "--max-num-seqs", "64",
                           "--max-num-batched-tokens", "16")
-    assert_clean_error(code, stderr, "max_num_batched_tokens (16)", "max_num_seqs (64)")
+    assert_clean_error(code, stderr, "--max-num-batched-tokens (16)", "max_num_seqs (64)")
 
 
 @pytest.mark.parametrize(("grid", "needle"), [

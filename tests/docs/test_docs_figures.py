@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -135,6 +136,22 @@ def test_models_provenance_names_shared_files_as_the_docs_do() -> None:
     assert not [c for c in cells if "/work/" in c], "a machine path in the provenance table"
     shared = [p for c in cells for p in re.findall(r"\.\./shared/(\S+)", c)]
     assert shared and all((SHARED / p).is_file() for p in shared), shared
+
+
+def test_docs_and_bundled_configs_name_no_machine_path() -> None:
+    """The pages and the bundled model configs' ``_kvbudget.source`` name files as a reader
+    finds them: ``../shared/...`` beside the repository, or a public repository at a commit.
+    Llama-2-7B's source and docs/performance.md (twice: ``/work/ref``) named one machine's
+    ``/work/...``, which no reader has."""
+    pages = [REPO / "README.md", REPO / "DEVELOPERS.md", *sorted((REPO / "docs").glob("*.md"))]
+    configs = sorted((REPO / "perf" / "model_configs").glob("*.json"))
+    found = [f"{p.relative_to(REPO)}: {m}" for p in (*pages, *configs)
+             for m in re.findall(r"(?<![\w.])/work/\S*", p.read_text())]
+    assert not found, found
+    sources = [str(json.loads(p.read_text()).get("_kvbudget", {}).get("source", ""))
+               for p in configs]
+    shared = [s for src in sources for s in re.findall(r"\.\./shared/(\S+)", src)]
+    assert shared and all((SHARED / s).is_file() for s in shared), shared
 
 
 @pytest.mark.skipif(not (SHARED / "traces" / "servegen").is_dir(), reason="needs ../shared")

@@ -8,13 +8,16 @@ sizes)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kvbudget.analysis.validation import shown_value
+from kvbudget.analysis.validation import counts_whole, shown_value
 from kvbudget.cli.main import app
 
 
@@ -33,6 +36,33 @@ def test_completed_prints_as_a_whole_number(tmp_path: Path, engine: str) -> None
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if line.startswith("completed "))
     assert row.split()[:3] == ["completed", "150", "150"], row
+    # and so in the files: validation.csv wrote "all,completed,150.0,150.0,0.0" in a column
+    # of latencies, validation.json "simulated": 150.0
+    lines = (tmp_path / "v" / "validation.csv").read_text().splitlines()
+    assert "all,completed,150,150,0.0" in lines, lines
+    ttft = next(line for line in lines if line.startswith("all,ttft_p50_s,"))
+    assert all("." in x for x in ttft.split(",")[2:]), ttft  # latencies as before
+    metrics = json.loads((tmp_path / "v" / "validation.json").read_text())["metrics"]
+    done = [m for m in metrics if m["metric"] == "completed"]
+    assert done and all(type(m["simulated"]) is int and type(m["measured"]) is int
+                        for m in done), done
+    assert all(type(m["measured"]) is float for m in metrics
+               if m["metric"].endswith("_s") and m["measured"] is not None)
+
+
+def test_the_files_write_counts_whole_and_the_rest_as_it_is() -> None:
+    table = pd.DataFrame({"metric": ["ttft_p50_s", "completed", "preemptions", "rejections"],
+                          "simulated": [0.25, 150.0, 3.0, math.nan],
+                          "measured": [2.0, 149.0, 0.0, 1.0],
+                          "rel_error": [-0.875, 1 / 149, math.nan, math.nan]})
+    out = counts_whole(table)
+    assert out["simulated"].tolist()[:3] == [0.25, 150, 3]
+    assert [type(v) for v in out["measured"]] == [float, int, int, int]
+    assert math.isnan(out["simulated"].iloc[3])
+    assert out.to_csv(index=False).splitlines()[1:] == [
+        "ttft_p50_s,0.25,2.0,-0.875", f"completed,150,149,{1 / 149!r}", "preemptions,3,0,",
+        "rejections,,1,"]
+    assert table["simulated"].dtype == np.float64  # the table itself keeps floats
 
 
 def test_only_whole_counts_are_shown_as_ints() -> None:

@@ -176,7 +176,7 @@ def test_cli_capacity(tmp_path: Path) -> None:
         assert (out / name).exists()
     bad = CliRunner().invoke(app, ["capacity", "--scenario", str(scn), "--out", str(out),
                                    "--target", "2"])
-    assert bad.exit_code == 2 and "target must be in (0, 1]" in bad.output
+    assert bad.exit_code == 2 and "--target: must be in (0, 1], got 2" in bad.output
 
 
 def test_per_gpu_capacity_divides_by_the_fleet() -> None:

@@ -92,3 +92,24 @@ def test_make_demo_says_the_load_against_the_capacity(conservative_capacity_rps:
     shares = {t["name"]: t["share"] for t in spec["tiers"]}
     assert float(m.group(2)) == pytest.approx(100 * shares["interactive"]), shares
     assert float(m.group(3)) == pytest.approx(100 * shares["batch"]), shares
+
+
+def test_make_demo_ties_the_drawn_rate_to_the_offered_one() -> None:
+    """``make demo``'s first lines said "requests at 5.5 req/s" and its last "conclusion at 5.4
+    req/s offered": two rates for one run, unexplained. Its first lines now say which is
+    which, the offered one as the conclusion prints it (``conclude``'s ``.3g``)."""
+    from kvbudget.analysis.conclusion import offered_rate_rps
+
+    makefile = (README.parent / "Makefile").read_text()
+    demo = makefile[makefile.index("\ndemo:"):]
+    said = " ".join(" ".join(re.findall(r'@echo "([^"]*)"', demo[:demo.index("\n\n")])).split())
+    m = re.search(r"([\d.]+) req/s is the Poisson rate they are drawn at: this seed's ([\d,]+) "
+                  r"requests arrive at ([\d.]+) req/s, the offered rate the tables and their "
+                  r"conclusion name", said)
+    assert m, said
+    workload = default_scenario().workload()
+    window = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    rate = offered_rate_rps({"offered_window_s": window, "overall": {"offered": len(workload)}})
+    assert float(m.group(1)) == DEFAULT_RATE_RPS
+    assert int(m.group(2).replace(",", "")) == len(workload)
+    assert rate is not None and m.group(3) == f"{rate:.3g}", (m.group(3), rate)

@@ -220,6 +220,27 @@ def test_plan_cli_says_the_slo_it_assumed(tmp_path: Path) -> None:
     assert "SLOs: overall_slo_attainment>=0.9 (one replication)" in " ".join(res.stdout.split())
 
 
+@pytest.mark.parametrize(("typed", "axis"), [
+    (["--gpu", "L40S"], "--gpus L40S"), (["-tp", "2"], "--tp 2"),
+    (["--set", "gpu=L4"], "--gpus L4"), (["--set", "engine.tensor_parallel_size=2"], "--tp 2"),
+    (["--set", "fleet.num_replicas=2"], "--replicas 2")])
+def test_plan_refuses_a_value_of_a_field_it_searches(tmp_path: Path, typed: list[str],
+                                                     axis: str) -> None:
+    """``plan --gpu L40S`` ran A100-80GB, H100-80GB and H200-141GB (``--gpus``' default) and
+    never an L40S, exit 0, saying nothing; ``-tp 2`` and ``--set fleet.num_replicas=2`` went
+    unused alike. Each is refused, naming the option that gives the plan its values."""
+    res = CliRunner().invoke(app, ["plan", *typed, "--replicas", "1", "-r", "1", "-j", "1",
+                                   "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2, res.output
+    flag = {"-tp": "-tp/--tensor-parallel-size", "--set": f"--set {typed[1].split('=')[0]}"}
+    option, value = axis.split()
+    assert res.stderr.strip().startswith(f"error: {flag.get(typed[0], typed[0])}: plan sets "), \
+        res.stderr
+    assert res.stderr.strip().endswith(
+        f"in every run, so {value} given here would go unused: give it in {option}"), res.stderr
+    assert not (tmp_path / "p").exists()
+
+
 def test_default_prices_come_from_one_stated_source() -> None:
     from kvbudget.studies.plan import DEFAULT_PRICES, PRICE_SOURCE, price_note
 

@@ -28,7 +28,7 @@ def test_a_replicated_comparisons_repr_says_what_it_ran_over_and_found(tmp_path:
     # what `kvbudget compare -r` says on stderr, kept on the result: the trace's warning and
     # what was assumed in place of its missing columns
     assert lines[1] == "model Llama-3.1-8B on H100-SXM (given as H100-80GB); workload lengths: " \
-                       "20 requests"
+                       "20 requests over 22.8 s (0.833 req/s)"
     assert c.setting == tuple(lines[1:len(c.setting) + 1])
     assert _said(repr(c))[2:5] == ["warning", "assumed", "assumed"]
     assert lines[-2].startswith("overcommit against conservative on 12 metrics: ")
@@ -53,7 +53,7 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     scn, ex = _scenario(tmp_path), LocalExecutor(max_workers=1)
     slo = (Constraint.parse("overall_ttft_p99_s<=1000"),)  # met by every setting
     setting = ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); workload lengths: "
-               "20 requests")
+               "20 requests over 22.8 s (0.833 req/s)")
     tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
                                 constraints=slo, replications=1, grid_points=2,
                                 refine_evals=0, validate=0), ex)
@@ -70,7 +70,7 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     lines = repr(cap).splitlines()
     assert lines[0] == ("CapacityResult: the largest arrival rate meeting "
                         "overall_slo_attainment>=0.9 (mean over 1")
-    assert lines[2] == setting
+    assert lines[2] == setting.replace("req/s)", "req/s at rate scale 1)")  # it scales them
     c = cap.capacities[0]
     assert f"conservative: {c.capacity_rps:.4g} req/s ({c.capacity_rps_per_gpu:.4g} per GPU)" \
         in repr(cap)
@@ -80,7 +80,8 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
                                   slos=slo), ex)
     lines = repr(planned).splitlines()
     assert lines[0].startswith("PlanResult: the cheapest of 1 configurations (H100-80GB; TP 1;")
-    assert lines[2] == "model Llama-3.1-8B; workload lengths: 20 requests"  # the GPU varies
+    assert lines[2] == ("model Llama-3.1-8B; workload lengths: 20 requests over 22.8 s "
+                        "(0.833 req/s)")  # the GPU varies
     assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
     for result in (tuned, cap, planned):
         assert "Scenario(" not in repr(result) and "spec=" not in repr(result)

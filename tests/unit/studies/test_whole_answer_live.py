@@ -95,6 +95,12 @@ def test_ttft_and_tpot_are_compared_over_the_requests_not_read_at_once(
     table = outcome.validation.metrics.set_index("metric")
     csv = pd.read_csv(tmp_path / "validation.csv").set_index("metric")
     np.testing.assert_allclose(csv["measured"], table["measured"], rtol=1e-12)
+    written = (tmp_path / "validation.csv").read_text()  # counts whole: not "completed,12.0"
+    assert f"\ncompleted,{NUM},{NUM}," in written, written
+    metrics = json.loads((tmp_path / "validation.json").read_text())["metrics"]
+    assert [m["measured"] for m in metrics if m["metric"] == "completed"] == [NUM]
+    assert all(type(m["measured"]) is int for m in metrics
+               if m["metric"] in ("completed", "preemptions", "rejections"))
     # the fake live run is the simulation: over the other 5 requests, TTFT and TPOT agree
     for metric in ("ttft", "tpot"):
         others = np.delete(live.records[f"{metric}_s"].to_numpy(), BURST)
