@@ -547,14 +547,14 @@ def recording_headline(rec: "Recording") -> str:
 
 def _describe_recording(setup: RecordedSetup) -> None:
     rec = setup.recording
-    typer.echo(recording_headline(rec))
+    typer.echo(fill(recording_headline(rec)))
     said = {k: v for k, v in rec.config.items() if isinstance(v, str | int | float | bool)}
     if said:
-        typer.echo("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items()))
+        typer.echo(fill("the file records: " + ", ".join(f"{k}={v}" for k, v in said.items())))
     e = setup.config.engine_for()  # the knobs with vLLM's (or the chosen) defaults filled in
     gpu = setup.config.gpu
     fleet = setup.config.fleet
-    typer.echo(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
+    typer.echo(fill(f"simulated on {gpu_label(gpu) if isinstance(gpu, str | Path) else gpu} / "
                f"{setup.config.model}"
                + ("" if fleet is None else f", {fleet.num_slots} replicas ({fleet.router})")
                + ("" if e.name == "vllm" else f", engine {e.name}") + ": "
@@ -564,11 +564,11 @@ def _describe_recording(setup: RecordedSetup) -> None:
                   if e.tensor_parallel_size > 1 else "")
                + f"max_num_seqs={e.max_num_seqs} "
                f"max_num_batched_tokens={e.max_num_batched_tokens} "
-               f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}")
+               f"prefix_caching={e.enable_prefix_caching}, policy {setup.policy}"))
     for stage in rec.stages:
         turns = stage_conversations(rec.conversations, stage_rows(rec, stage))
-        typer.echo(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
-                   f"{replay_mode(stage, turns=turns is not None, held=bool(turns and turns.held))}")
+        typer.echo(fill(f"stage {stage.label or 'all'!r}: {load_words(stage)}; replayed as "
+                        f"{replay_mode(stage, turns=turns is not None, held=bool(turns and turns.held))}"))
     for note in rec.notes:
         typer.echo(fill(f"note: {note}"), err=True)
     if e.enable_prefix_caching and rec.workload.prefix_hashes is None:

@@ -180,7 +180,7 @@ def test_a_one_request_recording_says_one_request(tmp_path: Path) -> None:
     rec.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,500,20,0.05,0.3\n")
     code, stdout, stderr = run("validate", "--records", rec, "--model", "Llama-3.1-8B",
                                "--gpu", "H100-80GB", "--out", tmp_path / "v")
-    said = stdout + stderr
+    said = " ".join((stdout + stderr).split())
     assert code == 0, said
     assert "1 request simulated, 1 measured" in said, said
     assert not re.search(r"(?<![\d.])1 requests\b", said), said

@@ -230,3 +230,20 @@ def test_the_readme_says_where_to_get_each_trace_its_quick_start_reads() -> None
     fetched = {SOURCES[name].filename for name in
                re.findall(r"`kvbudget trace fetch ([\w-]+)", quick) if name in SOURCES}
     assert traces and traces <= fetched, (traces, fetched)
+
+
+def test_a_recordings_header_lines_fit_the_screen(tmp_path: Path) -> None:
+    """validate --records said what the file records, what is simulated on which knobs and each
+    stage's load in lines of up to 160 columns, where its settings and notes above and below
+    them are wrapped to the screen's width."""
+    rec = REPO / "tests/fixtures/recordings/vllm-bench-0.32.0/rate8.json"
+    code, stdout, stderr = run("validate", "--records", rec, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-SXM", "--out", tmp_path / "v")
+    assert code == 0, stderr
+    text = unwrapped(stdout + stderr)
+    assert any(ln.startswith("the file records: model=tiny, ") and ln.endswith(
+        "request_rate=8.0") for ln in text), stdout
+    assert any(ln.startswith("simulated on H100-SXM / Llama-3.1-8B: num_gpu_blocks=")
+               for ln in text), stdout
+    for line in (stdout + stderr).splitlines():  # (the written files' line: their paths)
+        assert len(line) <= WIDTH or " " not in line.strip() or line.startswith("wrote "), line

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.conftest import unwrapped
 
 VLLM = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "vllm-bench-0.32.0"
 DATASETS = VLLM / "datasets"
@@ -240,7 +241,7 @@ def test_validate_says_what_each_dataset_file_cannot(tmp_path: Path, name: str,
     assert res.exit_code == 0, res.stderr
     out = res.stdout + res.stderr
     flat = " ".join(out.split())
-    assert f"{path} (vllm bench serve): 10 requests simulated, 10 measured" in out
+    assert f"{path} (vllm bench serve): 10 requests simulated, 10 measured" in flat
     assert "stage '8 req/s': open loop, 8 req/s; replayed as open loop at the recorded send " \
         "times" in flat
     assert "note: max_tokens: its realised output length" in flat
@@ -250,8 +251,8 @@ def test_validate_says_what_each_dataset_file_cannot(tmp_path: Path, name: str,
     assert "the prefix_repetition dataset" in flat and "simulated TTFT is too high" in flat
     for needle in said:
         assert needle in flat
-    assert ("openai-chat" in out.split("the file records:")[1].split("\n")[0]) == \
-        (name == "chat_rate8.json")
+    records = next(ln for ln in unwrapped(out) if ln.startswith("the file records:"))
+    assert ("openai-chat" in records) == (name == "chat_rate8.json")
 
 
 def test_the_first_prompt_sent_before_the_run_is_said() -> None:
