@@ -24,11 +24,11 @@ from kvbudget.studies.sweep import (
     SweepPlan,
     expand_grid,
     flatten_summary,
+    metric_range,
     parse_axis,
     replication_seeds,
     run_sweep,
     scale_rate,
-    metric_range,
     summarize_points,
     t_interval,
 )
