@@ -16,9 +16,11 @@ records them in a ``fitted_on`` block (written by
 
 ``config`` embeds the model's parsed shapes, so a file fitted on any ``config.json`` loads
 anywhere (``config_path`` and ``config_sha256`` say which file it came from).
-:func:`load_checked_cost_model` refuses a file fitted on another GPU, model or parallelism
-with one line naming both, unless asked to ``transfer``: then only the ``transferable``
-parameters are carried, and only to the same GPU and parallelism.
+:func:`load_checked_cost_model` refuses a file fitted on another GPU, model, parallelism or
+KV cache element size (the step model prices the KV reads at its own dtype: a 16-bit fit used
+with an fp8 cache read twice the bytes that cache holds) with one line naming both, unless asked
+to ``transfer``: then only the ``transferable`` parameters are carried, and only to the same
+GPU and parallelism (to another KV dtype, priced at the target's).
 
 **What transfers.** :class:`~kvbudget.perf.step_time.VllmStepModel` computes everything that
 depends on the model (FLOPs, weight and KV bytes, layer counts) from the
@@ -54,7 +56,7 @@ from kvbudget.perf.cost_model import (
     read_frontend_overhead,
 )
 from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import ModelSpec
+from kvbudget.perf.models import ModelSpec, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -71,9 +73,16 @@ class FitTarget:
     expert_parallel_size: int = 1
     kv_cache_dtype: str = "auto"
 
-    def label(self) -> str:
+    def label(self, kv: bool = False) -> str:
+        """``GPU / model TPn EPn``; with ``kv``, the KV cache's dtype too."""
         return (f"{self.gpu.name} / {self.model.name} TP{self.tensor_parallel_size} "
-                f"EP{self.expert_parallel_size}")
+                f"EP{self.expert_parallel_size}"
+                + (f", KV cache {self.kv_cache_dtype}" if kv else ""))
+
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV element, as the step model reads the cache (``auto``: the
+        model's dtype; fp8 and its variants alike)."""
+        return kv_element_bytes(self.kv_cache_dtype, self.model.dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -172,12 +181,16 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     same_gpu = _same_gpu(fitted.gpu, target.gpu)
     same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
         (target.tensor_parallel_size, target.expert_parallel_size)
-    if same_model and same_gpu and same_parallel:
+    # a step model prices the KV reads at its own dtype: a file fitted at 16-bit KV and used
+    # with an fp8 cache read twice the bytes the capacity was sized for
+    same_kv = fitted.kv_element_bytes() == target.kv_element_bytes()
+    if same_model and same_gpu and same_parallel and same_kv:
         return CheckedCostModel(loaded, overhead)
     if not transfer:
-        raise ValueError(f"{path}: fitted on {fitted.label()}, not {target.label()}; "
-                         "--cost-model-transfer (scenario: cost_model_transfer = true) carries "
-                         "over only the parameters that transfer")
+        raise ValueError(f"{path}: fitted on {fitted.label(not same_kv)}, not "
+                         f"{target.label(not same_kv)}; --cost-model-transfer (or --set "
+                         "cost_model_transfer=true; a scenario's cost_model_transfer = true) "
+                         "carries over only the parameters that transfer")
     names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}
@@ -187,7 +200,10 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     why = ("" if names or not isinstance(loaded, VllmStepModel) else
            " (another GPU: none of its parameters transfers)" if not same_gpu else
            " (another parallelism: none of its parameters transfers)")
-    note = (f"{path}: fitted on {fitted.label()}, used for {target.label()}{why}: carried "
+    if not same_kv and names:
+        why = f" (another KV cache dtype: its step times priced at {target.kv_cache_dtype})"
+    note = (f"{path}: fitted on {fitted.label(not same_kv)}, used for "
+            f"{target.label(not same_kv)}{why}: carried "
             f"{', '.join(names) or 'nothing'}; reset to the defaults: {', '.join(reset) or 'none'}")
     if not names:
         return CheckedCostModel(None, None, (note,))

@@ -203,3 +203,30 @@ def test_a_measured_servers_target_is_named_or_the_reason_said(tmp_path: Path) -
     other = FitTarget(get_gpu("A100-80GB"), target.model)
     with pytest.raises(ValueError, match="fitted on H100"):
         load_checked_cost_model(path, other)
+
+
+def test_another_kv_cache_dtype_is_refused_or_carried_and_priced_at_the_target(
+        records: Path, tmp_path: Path) -> None:
+    """A file fitted with a 16-bit KV cache, simulated with --kv-cache-dtype fp8, priced every
+    step's KV reads at 16 bits while the capacity was sized for fp8 (a decode step of 128
+    requests over 8,000 tokens each: 59.8 ms where the fp8 model says 33.1 ms), and the file
+    loaded without a word."""
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    fp8 = dataclasses.replace(H100, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match=re.escape("KV cache auto, not H100-SXM / "
+                                                   "Llama-3.1-8B TP1 EP1, KV cache fp8")):
+        load_checked_cost_model(path, fp8)
+    res = simulate(records, "--cost-model", str(path), "--kv-cache-dtype", "fp8")
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert "--set cost_model_transfer=true" in res.stderr
+    checked = load_checked_cost_model(path, fp8, transfer=True)
+    assert isinstance(checked.model, VllmStepModel)
+    assert checked.model.kv_cache_dtype == "fp8" and checked.model.mem_efficiency == 0.6
+    assert checked.frontend_overhead_s == 0.004
+    assert "step times priced at fp8" in checked.notes[0]
+    loaded = load_cost_model(path)
+    decode = (0.0, 128.0, 128 * 8000.0, 0.0, 0.0)
+    assert checked.model.step_time(*decode) < 0.6 * loaded.step_time(*decode)
+    # the same element size under another name is the same cache
+    e4m3 = fitted_file(tmp_path / "e4m3.json", dataclasses.replace(H100, kv_cache_dtype="fp8_e4m3"))
+    assert load_checked_cost_model(e4m3, fp8).notes == ()
