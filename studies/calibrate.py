@@ -571,10 +571,8 @@ def calibrate_recording(
                      start_overhead_s=start_overhead_s,
                      policy=policy, policy_params=policy_params, progress=progress)
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
-    if start_records is None:
-        start_sim = trials.simulate(x0)
-    else:  # simulated by the caller: still one of the fit's
-        start_sim = start_records
+    start_sim = trials.simulate(x0) if start_records is None else start_records
+    if start_records is not None:  # simulated by the caller: still one of the fit's
         trials.count(recorded_loss(start_records, measured, rows))
     start_loss = recorded_loss(start_sim, measured, rows)
     rng = np.random.default_rng(seed)
@@ -595,9 +593,9 @@ def calibrate_recording(
         stopped = None if converged else max_evals
         if sim is not None and loss < start_loss:
             best_x, best_sim, best_loss, term = x, sim, loss, at
-    settled = None
-    if fit_overhead:  # the fixed term, fitted to convergence at the chosen step parameters
-        settled = trials.settle(best_x, term)
+    # the fixed term, fitted to convergence at the chosen step parameters
+    settled = trials.settle(best_x, term) if fit_overhead else None
+    if settled is not None:
         best_sim, best_loss = settled.records, settled.loss
     cal = _result(trials, recording, measured, rows, best_x, best_sim,
                   losses=(start_loss, best_loss), active=active, fixed=fixed,
