@@ -604,6 +604,11 @@ class Scenario:
         p = Path(value)
         return p if p.is_absolute() else self.base_dir / p
 
+    def cost_model_path(self) -> Path | None:
+        """The cost-model file the runs take (``cost_model``, relative to the scenario file),
+        or None for the default step-time model."""
+        return None if self.spec.cost_model is None else self._path(self.spec.cost_model)
+
     def to_toml_dict(self) -> dict[str, Any]:
         return dump_spec(self.spec)
 
