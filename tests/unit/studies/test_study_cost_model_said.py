@@ -44,3 +44,14 @@ def test_a_sweep_says_it(tmp_path: Path) -> None:
                                    "--out", str(tmp_path / "sweep")])
     assert res.exit_code == 0, res.output
     assert f"step times: the cost-model file {path}" in " ".join(res.stderr.split())
+
+
+def test_a_file_without_a_front_end_time_says_so(tmp_path: Path) -> None:
+    path = fitted_file(tmp_path / "cost.json")
+    payload = path.read_text().replace('"frontend_overhead_s": 0.004', '"frontend_overhead_s": 0.0')
+    path.write_text(payload)
+    lines = study_setting(make_scenario(SCENARIO, SMALL, cost_model=path))
+    assert any("no front-end time (its frontend_overhead_s is 0)" in line for line in lines)
+    lines = study_setting(make_scenario(SCENARIO, (*SMALL, "frontend=vllm-api-server"),
+                                        cost_model=path))
+    assert not any("no front-end time" in line for line in lines)
