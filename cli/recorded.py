@@ -26,6 +26,7 @@ from kvbudget.cli.recorded_engine import (
 from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.fitted_on import fitted_for
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
@@ -801,6 +802,16 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
     except ValueError as e:
         raise CliError(f"{cost_model}: {e}") from None
     model = setup.config.resolved_cost_model()
+    unknown = [n for n in post.names if n != "frontend_overhead_s" and not hasattr(model, n)]
+    if unknown:
+        raise CliError(f"{cost_model}: calibration.uncertainty.coordinates: {unknown[0]!r} is "
+                       f"no parameter of its {model.describe().get('kind')} model")
+    if fitted_for(cost_model, setup.config.fit_target()) is False:
+        # carried (--cost-model-transfer): its posterior is of the values it was fitted to
+        typer.echo(fill(f"note: no 95 % intervals: {cost_model.name} was fitted on another GPU, "
+                        "model, parallelism or KV cache than simulated here, so its fit's "
+                        "uncertainty does not hold for the values used"), err=True)
+        return {}
     spans = post.intervals()
     typer.echo(f"fitted parameters of {cost_model.name} (95 % intervals from its fit):")
     typer.echo(render(("parameter", "fitted", "95 % interval"), [

@@ -161,6 +161,24 @@ def _transferable(path: Path, payload: dict[str, Any]) -> list[str]:
     return list(names)
 
 
+def fitted_for(path: Path, target: FitTarget) -> bool | None:
+    """Whether ``path`` was fitted on ``target`` (its GPU, model, parallelism and KV element
+    size), so that it is used as it was fitted, not carried (``--cost-model-transfer``); None
+    for a file from before ``fitted_on`` (it cannot tell)."""
+    fitted = read_fitted_on(path, json.loads(path.read_text()))
+    return None if fitted is None else all(_sameness(fitted, target))
+
+
+def _sameness(fitted: FitTarget, target: FitTarget) -> tuple[bool, bool, bool, bool]:
+    """The same (model, GPU, parallelism, KV element size): a step model prices the KV reads
+    at its own dtype, so a file fitted at 16-bit KV and used with an fp8 cache would read
+    twice the bytes the capacity was sized for."""
+    return (_shapes(fitted.model) == _shapes(target.model), _same_gpu(fitted.gpu, target.gpu),
+            (fitted.tensor_parallel_size, fitted.expert_parallel_size)
+            == (target.tensor_parallel_size, target.expert_parallel_size),
+            fitted.kv_element_bytes() == target.kv_element_bytes())
+
+
 def load_checked_cost_model(path: Path, target: FitTarget, *,
                             transfer: bool = False) -> CheckedCostModel:
     """Load ``path`` for use on ``target``: as it is when it was fitted on ``target``; a
@@ -177,13 +195,7 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
         return CheckedCostModel(loaded, overhead, (
             f"{path} does not record the GPU and model it was fitted on (an older file): "
             f"cannot check it against {target.label()}",))
-    same_model = _shapes(fitted.model) == _shapes(target.model)
-    same_gpu = _same_gpu(fitted.gpu, target.gpu)
-    same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
-        (target.tensor_parallel_size, target.expert_parallel_size)
-    # a step model prices the KV reads at its own dtype: a file fitted at 16-bit KV and used
-    # with an fp8 cache read twice the bytes the capacity was sized for
-    same_kv = fitted.kv_element_bytes() == target.kv_element_bytes()
+    same_model, same_gpu, same_parallel, same_kv = _sameness(fitted, target)
     if same_model and same_gpu and same_parallel and same_kv:
         return CheckedCostModel(loaded, overhead)
     if not transfer:
