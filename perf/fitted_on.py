@@ -131,7 +131,7 @@ def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
             raise ValueError("field 'fitted_on.gpu.figures' must be an object")
         try:
             gpu = GPUSpec(**figures)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"field 'fitted_on.gpu.figures': {exc}") from None
         model_block = block.get("model")
         if not isinstance(model_block, dict):

@@ -230,3 +230,15 @@ def test_another_kv_cache_dtype_is_refused_or_carried_and_priced_at_the_target(
     # the same element size under another name is the same cache
     e4m3 = fitted_file(tmp_path / "e4m3.json", dataclasses.replace(H100, kv_cache_dtype="fp8_e4m3"))
     assert load_checked_cost_model(e4m3, fp8).notes == ()
+
+
+def test_a_bad_figure_of_the_fitted_on_gpu_names_the_field(tmp_path: Path) -> None:
+    """It read "GPU 'H100-SXM': hbm_bandwidth_bytes_s must be > 0, got 'x'", as if the
+    --gpu given were wrong, not the file's ``fitted_on`` block."""
+    path = fitted_file(tmp_path / "cost.json")
+    payload = json.loads(path.read_text())
+    payload["fitted_on"]["gpu"]["figures"]["hbm_bandwidth_bytes_s"] = "x"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path}: field 'fitted_on.gpu.figures': GPU 'H100-SXM': hbm_bandwidth_bytes_s")):
+        load_checked_cost_model(path, H100)
