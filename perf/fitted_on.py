@@ -226,6 +226,20 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
                             overhead if "frontend_overhead_s" in names else None, (note,))
 
 
+def fitted_engine_notes(path: Path, engine: str) -> tuple[str, ...]:
+    """A note when ``path`` was fitted with another engine's behaviour than ``engine`` (its
+    ``fitted_on.engine.name``; ``vllm`` and ``vllm-swap`` are one server): its fitted values
+    are what that server's steps and API server took, and are used as they are."""
+    block = json.loads(path.read_text()).get("fitted_on")
+    knobs = block.get("engine") if isinstance(block, dict) else None
+    name = knobs.get("name") if isinstance(knobs, dict) else None
+    if not isinstance(name, str) or name.split("-")[0] == engine.split("-")[0]:
+        return ()
+    return (f"{path}: fitted with engine {name}, simulated with engine {engine}: its "
+            f"parameters and front-end time are what {name}'s steps and API server took, used "
+            "as they are",)
+
+
 _PRINTED: set[str] = set()
 """Notes already printed: a scenario's configuration is built more than once per command (once
 to check it, once per run), and each note is said once."""

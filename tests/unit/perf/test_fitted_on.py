@@ -242,3 +242,20 @@ def test_a_bad_figure_of_the_fitted_on_gpu_names_the_field(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=re.escape(
             f"{path}: field 'fitted_on.gpu.figures': GPU 'H100-SXM': hbm_bandwidth_bytes_s")):
         load_checked_cost_model(path, H100)
+
+
+def test_a_file_fitted_with_another_engine_says_so(records: Path, tmp_path: Path) -> None:
+    """A file fitted on a vLLM recording, simulated with --engine sglang (or validating an
+    SGLang recording, which chooses it), used vLLM's fitted step parameters and front-end
+    time without a word."""
+    path = tmp_path / "cost.json"
+    model = VllmStepModel(H100.gpu, H100.model)
+    save_cost_model(model, path, extra={"frontend_overhead_s": 0.004, **fitted_on_extra(
+        model, H100, {"name": "vllm", "block_size": 16})})
+    res = simulate(records, "--cost-model", str(path), "--engine", "sglang")
+    assert res.exit_code == 0, res.output
+    assert (f"note: {path}: fitted with engine vllm, simulated with engine sglang"
+            in res.stderr)
+    for same in ("vllm", "vllm-swap"):
+        res = simulate(records, "--cost-model", str(path), "--engine", same)
+        assert res.exit_code == 0 and "fitted with engine" not in res.stderr, res.output
