@@ -26,6 +26,7 @@ from kvbudget.cli.recorded_engine import (
 from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.perf.fitted_on import fitted_for
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
@@ -801,6 +802,16 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
     except ValueError as e:
         raise CliError(f"{cost_model}: {e}") from None
     model = setup.config.resolved_cost_model()
+    unknown = [n for n in post.names if n != "frontend_overhead_s" and not hasattr(model, n)]
+    if unknown:
+        raise CliError(f"{cost_model}: calibration.uncertainty.coordinates: {unknown[0]!r} is "
+                       f"no parameter of its {model.describe().get('kind')} model")
+    if fitted_for(cost_model, setup.config.fit_target()) is False:
+        # carried (--cost-model-transfer): its posterior is of the values it was fitted to
+        typer.echo(fill(f"note: no 95 % intervals: {cost_model.name} was fitted on another GPU, "
+                        "model, parallelism or KV cache than simulated here, so its fit's "
+                        "uncertainty does not hold for the values used"), err=True)
+        return {}
     spans = post.intervals()
     typer.echo(f"fitted parameters of {cost_model.name} (95 % intervals from its fit):")
     typer.echo(render(("parameter", "fitted", "95 % interval"), [
@@ -812,6 +823,32 @@ def _file_intervals(setup: RecordedSetup, cost_model: Path, result: "OfflineVali
                                 result.frontend_overhead_s, post,
                                 simulated=result.simulated.records, rows=rows,
                                 policy=setup.simulated_policy, policy_params=setup.policy_params)
+
+
+def _front_end_origin_said(fitted: dict[str, Any], overhead_s: float,
+                           recording: "Recording") -> str | None:
+    """What a cost file's fitted front-end time (``overhead_s``) is, when the recording it was
+    fitted on (its ``calibration`` section, ``fitted``) was of another format than
+    ``recording``: the term holds the time each tool's client, or a server-side log, counts
+    in a TTFT, which the other does not share; None when they are of one format, or no term
+    was fitted."""
+    fmt = fitted.get("records_format")
+    if not isinstance(fmt, str) or not overhead_s > 0 or fmt == recording.format:
+        return None
+    tool = fitted.get("tool") if isinstance(fitted.get("tool"), str) else fmt
+    return (f"the cost file's front-end time, {1e3 * overhead_s:.2f} ms a request, was fitted "
+            f"on a {tool} recording ({fmt}); this one is {recording.tool or recording.format}'s "
+            f"({recording.format}): that term holds the time its tool counts in a TTFT besides "
+            "the engine's (a client's HTTP, tokenisation and stream reads, or none in a "
+            "server-side log), which this recording may count otherwise: the TTFT and E2E "
+            "errors below carry the difference")
+
+
+def _say_front_end_origin(setup: RecordedSetup, cost_model: Path) -> None:
+    said = _front_end_origin_said(read_calibration(cost_model),
+                                 setup.config.frontend_overhead_s, setup.recording)
+    if said:
+        typer.echo(fill(f"note: {said}"), err=True)
 
 
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
@@ -849,6 +886,8 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     elif cost_model is None:
         typer.echo("note: no --cost-model: the default step-time model (uncalibrated)",
                    err=True)
+    else:
+        _say_front_end_origin(setup, cost_model)
     result = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                 policy_params=setup.policy_params, cost_model=cost,
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)

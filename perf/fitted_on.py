@@ -16,9 +16,11 @@ records them in a ``fitted_on`` block (written by
 
 ``config`` embeds the model's parsed shapes, so a file fitted on any ``config.json`` loads
 anywhere (``config_path`` and ``config_sha256`` say which file it came from).
-:func:`load_checked_cost_model` refuses a file fitted on another GPU, model or parallelism
-with one line naming both, unless asked to ``transfer``: then only the ``transferable``
-parameters are carried, and only to the same GPU and parallelism.
+:func:`load_checked_cost_model` refuses a file fitted on another GPU, model, parallelism or
+KV cache element size (the step model prices the KV reads at its own dtype: a 16-bit fit used
+with an fp8 cache read twice the bytes that cache holds) with one line naming both, unless asked
+to ``transfer``: then only the ``transferable`` parameters are carried, and only to the same
+GPU and parallelism (to another KV dtype, priced at the target's).
 
 **What transfers.** :class:`~kvbudget.perf.step_time.VllmStepModel` computes everything that
 depends on the model (FLOPs, weight and KV bytes, layer counts) from the
@@ -54,7 +56,7 @@ from kvbudget.perf.cost_model import (
     read_frontend_overhead,
 )
 from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import ModelSpec
+from kvbudget.perf.models import ModelSpec, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -71,9 +73,16 @@ class FitTarget:
     expert_parallel_size: int = 1
     kv_cache_dtype: str = "auto"
 
-    def label(self) -> str:
+    def label(self, kv: bool = False) -> str:
+        """``GPU / model TPn EPn``; with ``kv``, the KV cache's dtype too."""
         return (f"{self.gpu.name} / {self.model.name} TP{self.tensor_parallel_size} "
-                f"EP{self.expert_parallel_size}")
+                f"EP{self.expert_parallel_size}"
+                + (f", KV cache {self.kv_cache_dtype}" if kv else ""))
+
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV element, as the step model reads the cache (``auto``: the
+        model's dtype; fp8 and its variants alike)."""
+        return kv_element_bytes(self.kv_cache_dtype, self.model.dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,7 @@ def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
             raise ValueError("field 'fitted_on.gpu.figures' must be an object")
         try:
             gpu = GPUSpec(**figures)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"field 'fitted_on.gpu.figures': {exc}") from None
         model_block = block.get("model")
         if not isinstance(model_block, dict):
@@ -152,6 +161,24 @@ def _transferable(path: Path, payload: dict[str, Any]) -> list[str]:
     return list(names)
 
 
+def fitted_for(path: Path, target: FitTarget) -> bool | None:
+    """Whether ``path`` was fitted on ``target`` (its GPU, model, parallelism and KV element
+    size), so that it is used as it was fitted, not carried (``--cost-model-transfer``); None
+    for a file from before ``fitted_on`` (it cannot tell)."""
+    fitted = read_fitted_on(path, json.loads(path.read_text()))
+    return None if fitted is None else all(_sameness(fitted, target))
+
+
+def _sameness(fitted: FitTarget, target: FitTarget) -> tuple[bool, bool, bool, bool]:
+    """The same (model, GPU, parallelism, KV element size): a step model prices the KV reads
+    at its own dtype, so a file fitted at 16-bit KV and used with an fp8 cache would read
+    twice the bytes the capacity was sized for."""
+    return (_shapes(fitted.model) == _shapes(target.model), _same_gpu(fitted.gpu, target.gpu),
+            (fitted.tensor_parallel_size, fitted.expert_parallel_size)
+            == (target.tensor_parallel_size, target.expert_parallel_size),
+            fitted.kv_element_bytes() == target.kv_element_bytes())
+
+
 def load_checked_cost_model(path: Path, target: FitTarget, *,
                             transfer: bool = False) -> CheckedCostModel:
     """Load ``path`` for use on ``target``: as it is when it was fitted on ``target``; a
@@ -168,16 +195,14 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
         return CheckedCostModel(loaded, overhead, (
             f"{path} does not record the GPU and model it was fitted on (an older file): "
             f"cannot check it against {target.label()}",))
-    same_model = _shapes(fitted.model) == _shapes(target.model)
-    same_gpu = _same_gpu(fitted.gpu, target.gpu)
-    same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
-        (target.tensor_parallel_size, target.expert_parallel_size)
-    if same_model and same_gpu and same_parallel:
+    same_model, same_gpu, same_parallel, same_kv = _sameness(fitted, target)
+    if same_model and same_gpu and same_parallel and same_kv:
         return CheckedCostModel(loaded, overhead)
     if not transfer:
-        raise ValueError(f"{path}: fitted on {fitted.label()}, not {target.label()}; "
-                         "--cost-model-transfer (scenario: cost_model_transfer = true) carries "
-                         "over only the parameters that transfer")
+        raise ValueError(f"{path}: fitted on {fitted.label(not same_kv)}, not "
+                         f"{target.label(not same_kv)}; --cost-model-transfer (or --set "
+                         "cost_model_transfer=true; a scenario's cost_model_transfer = true) "
+                         "carries over only the parameters that transfer")
     names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}
@@ -187,7 +212,10 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     why = ("" if names or not isinstance(loaded, VllmStepModel) else
            " (another GPU: none of its parameters transfers)" if not same_gpu else
            " (another parallelism: none of its parameters transfers)")
-    note = (f"{path}: fitted on {fitted.label()}, used for {target.label()}{why}: carried "
+    if not same_kv and names:
+        why = f" (another KV cache dtype: its step times priced at {target.kv_cache_dtype})"
+    note = (f"{path}: fitted on {fitted.label(not same_kv)}, used for "
+            f"{target.label(not same_kv)}{why}: carried "
             f"{', '.join(names) or 'nothing'}; reset to the defaults: {', '.join(reset) or 'none'}")
     if not names:
         return CheckedCostModel(None, None, (note,))
@@ -196,6 +224,20 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
                          source=f"{path} carried to {target.label()}")
     return CheckedCostModel(replace(base, **carried),
                             overhead if "frontend_overhead_s" in names else None, (note,))
+
+
+def fitted_engine_notes(path: Path, engine: str) -> tuple[str, ...]:
+    """A note when ``path`` was fitted with another engine's behaviour than ``engine`` (its
+    ``fitted_on.engine.name``; ``vllm`` and ``vllm-swap`` are one server): its fitted values
+    are what that server's steps and API server took, and are used as they are."""
+    block = json.loads(path.read_text()).get("fitted_on")
+    knobs = block.get("engine") if isinstance(block, dict) else None
+    name = knobs.get("name") if isinstance(knobs, dict) else None
+    if not isinstance(name, str) or name.split("-")[0] == engine.split("-")[0]:
+        return ()
+    return (f"{path}: fitted with engine {name}, simulated with engine {engine}: its "
+            f"parameters and front-end time are what {name}'s steps and API server took, used "
+            "as they are",)
 
 
 _PRINTED: set[str] = set()

@@ -179,10 +179,20 @@ def _cost_line(s: dict[str, Any]) -> list[str]:
     if cost.get("source", "defaults") == "defaults" and overhead == 0:
         return []
     text = f"step times: the cost-model file's {cost.get('kind')} model ({cost.get('source')})"
+    fe = s.get("frontend") or {}
     if overhead > 0:
         text += (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request (the file's "
                  "frontend_overhead_s) added to every first token and finish")
+    elif not any(fe.get(k) for k in FRONTEND_COSTS):
+        # a file fitted on engine-side times (--no-fit-overhead) stands for no API server
+        text += ("; no front-end time (the file's frontend_overhead_s is 0, as a fit of "
+                 "engine-side times writes it): TTFT and E2E are the engine's alone, without "
+                 "an API server's (--set frontend=vllm-api-server adds vLLM's)")
     return [text]
+
+
+FRONTEND_COSTS = ("per_request_s", "per_prompt_token_s", "per_output_token_s", "post_decode_s")
+"""The costs a run's ``frontend`` block adds to each request (:func:`frontend_said`)."""
 
 
 def frontend_said(s: Mapping[str, Any]) -> str:
@@ -193,8 +203,7 @@ def frontend_said(s: Mapping[str, Any]) -> str:
     server's 11.3 ms."""
     fe, overhead = s.get("frontend") or {}, float(s.get("frontend_overhead_s") or 0.0)
     said = []
-    if any(fe.get(k) for k in ("per_request_s", "per_prompt_token_s", "per_output_token_s",
-                               "post_decode_s")):
+    if any(fe.get(k) for k in FRONTEND_COSTS):
         said.append(
             f"the API server's modelled cost ({fe.get('name') or 'vllm-api-server'}: "
             f"{1e3 * float(fe.get('per_request_s') or 0):.2f} ms a request, "

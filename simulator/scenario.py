@@ -86,7 +86,11 @@ from typing import (
 
 import numpy as np
 
-from kvbudget.perf.fitted_on import load_checked_cost_model, print_notes
+from kvbudget.perf.fitted_on import (
+    fitted_engine_notes,
+    load_checked_cost_model,
+    print_notes,
+)
 from kvbudget.perf.models import is_preset
 from kvbudget.perf.speculative import SpeculativeConfig
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
@@ -534,9 +538,11 @@ class Scenario:
         )
         if s.cost_model is None:
             return config
-        checked = load_checked_cost_model(self._path(s.cost_model), config.fit_target(),
+        path = self._path(s.cost_model)
+        checked = load_checked_cost_model(path, config.fit_target(),
                                           transfer=s.cost_model_transfer)
-        print_notes(checked)
+        print_notes(replace(checked, notes=checked.notes + fitted_engine_notes(
+            path, config.engine.name)))
         if checked.model is None:  # nothing carried over: the default step model
             return config
         # a calibrated file's frontend_overhead_s stands for the API server
@@ -603,6 +609,11 @@ class Scenario:
     def _path(self, value: str) -> Path:
         p = Path(value)
         return p if p.is_absolute() else self.base_dir / p
+
+    def cost_model_path(self) -> Path | None:
+        """The cost-model file the runs take (``cost_model``, relative to the scenario file),
+        or None for the default step-time model."""
+        return None if self.spec.cost_model is None else self._path(self.spec.cost_model)
 
     def to_toml_dict(self) -> dict[str, Any]:
         return dump_spec(self.spec)

@@ -248,6 +248,10 @@ class RecordedCalibration:
     """Each measured request's load stage (:func:`~kvbudget.studies.validate.
     recording_stages`): the table's output tokens/s, and its interval, count the time the
     stages ran, not the idle time between them."""
+    search_stopped: int | None = None
+    """``max_evals`` when the search of the step model's parameters ran out of it before it
+    converged (or, at 1, did not run): the fitted values are where it stopped, not a minimum;
+    None when it converged or had nothing to search."""
 
     def __repr__(self) -> str:
         """What a notebook shows: what was fitted to what, start against fitted, the warnings
@@ -279,6 +283,8 @@ class RecordedCalibration:
         out = parameter_warnings(steps, self.search_bounds, own)
         if self.term is not None:
             out += fixed_term_warnings(self.term.value_s, self.term.bounds)
+        if self.search_stopped is not None:
+            out.append(search_stopped_said(self.search_stopped))
         return out
 
     def intervals_on(self, measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
@@ -336,6 +342,7 @@ class RecordedCalibration:
                                     if isinstance(v, str | int | float | bool) or v is None},
                 "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 "num_simulations": self.num_evals,
+                "search_converged": self.search_stopped is None,
                 "loss": self.loss,
                 "start_loss": self.start_loss,
                 "start": self.start,
@@ -463,12 +470,23 @@ def coordinates(start: CostModel, names: tuple[str, ...]) -> tuple[Coordinate, .
                  for n in names)
 
 
+def search_stopped_said(max_evals: int) -> str:
+    """The warning of a fit whose search ran out of simulations before it converged."""
+    if max_evals <= 1:
+        return ("the step model's parameters were not searched (--max-evals 1: the start's "
+                "simulation only): their 'fitted' values are the start's")
+    return (f"the search stopped at --max-evals {max_evals} simulations before it converged: "
+            "the fitted values are where it stopped, not the loss's minimum; a larger "
+            "--max-evals may fit closer")
+
+
 def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
-            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None, float, float]:
+            ) -> tuple[npt.NDArray[np.float64], pd.DataFrame | None, float, float, bool]:
     """Bounded Nelder-Mead over the ``active`` coordinates (the others at their start) on
     the loss plus the prior's penalty (:mod:`~kvbudget.studies.fit_uncertainty`), at most
     ``max_evals`` simulations: the best point, its records (None if none simulated), its
-    loss (without the penalty) and the best fixed front-end term there."""
+    loss (without the penalty), the best fixed front-end term there and whether the search
+    converged (scipy's ``success``: False when it ran out of ``max_evals``)."""
     from scipy.optimize import minimize
 
     coords = trials.coordinates
@@ -497,11 +515,11 @@ def _search(trials: _Trials, active: list[int], noise_var: float, max_evals: int
             trials.build(_with(x0, active, simplex[k + 1]))
         except ValueError:  # past a bound the model enforces (an mfu of 1): the other way
             simplex[k + 1, k] = z0[k] - 0.7
-    minimize(objective, z0, method="Nelder-Mead",
-             bounds=[(coords[j].lo, coords[j].hi) for j in active],
-             options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3,
-                      "fatol": 1e-6})
-    return best["x"], best["sim"], best["loss"], best["term"]
+    found = minimize(objective, z0, method="Nelder-Mead",
+                     bounds=[(coords[j].lo, coords[j].hi) for j in active],
+                     options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 1e-3,
+                              "fatol": 1e-6})
+    return best["x"], best["sim"], best["loss"], best["term"], bool(found.success)
 
 
 def calibrate_recording(
@@ -553,10 +571,8 @@ def calibrate_recording(
                      start_overhead_s=start_overhead_s,
                      policy=policy, policy_params=policy_params, progress=progress)
     x0 = np.array([c.x0 for c in coords], dtype=np.float64)
-    if start_records is None:
-        start_sim = trials.simulate(x0)
-    else:  # simulated by the caller: still one of the fit's
-        start_sim = start_records
+    start_sim = trials.simulate(x0) if start_records is None else start_records
+    if start_records is not None:  # simulated by the caller: still one of the fit's
         trials.count(recorded_loss(start_records, measured, rows))
     start_loss = recorded_loss(start_sim, measured, rows)
     rng = np.random.default_rng(seed)
@@ -571,17 +587,21 @@ def calibrate_recording(
             fixed[coords[j].name] = (f"the recording does not identify it (its posterior sd "
                                      f"is {ratio:.2f} of the prior's): left at the start")
     best_x, best_sim, best_loss, term = x0, start_sim, start_loss, start_overhead_s
+    stopped = max_evals if active else None
     if active and max_evals > 1:
-        x, sim, loss, at = _search(trials, active, noise_var, max_evals - 1)
+        x, sim, loss, at, converged = _search(trials, active, noise_var, max_evals - 1)
+        stopped = None if converged else max_evals
         if sim is not None and loss < start_loss:
             best_x, best_sim, best_loss, term = x, sim, loss, at
-    settled = None
-    if fit_overhead:  # the fixed term, fitted to convergence at the chosen step parameters
-        settled = trials.settle(best_x, term)
+    # the fixed term, fitted to convergence at the chosen step parameters
+    settled = trials.settle(best_x, term) if fit_overhead else None
+    if settled is not None:
         best_sim, best_loss = settled.records, settled.loss
-    return _result(trials, recording, measured, rows, best_x, best_sim,
-                   losses=(start_loss, best_loss), active=active, fixed=fixed,
-                   rng=rng if uncertainty else None, term=settled)
+    cal = _result(trials, recording, measured, rows, best_x, best_sim,
+                  losses=(start_loss, best_loss), active=active, fixed=fixed,
+                  rng=rng if uncertainty else None, term=settled)
+    cal.search_stopped = stopped
+    return cal
 
 
 def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,

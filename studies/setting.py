@@ -5,9 +5,13 @@ before their runs (their tables name none of it); a study's result keeps them
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+from kvbudget.perf.fitted_on import read_fitted_on
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.results.said import arrivals_said, as_given, fill
@@ -55,9 +59,35 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     return (f"{model}{where}; workload {workload.name}: {counted(len(workload), 'request')}"
             + load + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
+            *cost_model_said(scn.cost_model_path(), transfer=spec.cost_model_transfer,
+                             frontend=spec.frontend),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))
+
+
+def cost_model_said(path: Path | None, *, transfer: bool = False,
+                    frontend: str | None = None) -> tuple[str, ...]:
+    """``step times: the cost-model file ...``: the file a study's runs take their step times
+    from, what it holds and what it was fitted on (``simulate`` says it under its
+    ``simulated:`` line; a study's tables name none of it), and that no front-end time is added
+    where the file has none and the scenario's ``frontend`` adds none; nothing for the default
+    model."""
+    if path is None:
+        return ()
+    described = load_cost_model(path).describe()  # validates the file, naming the field
+    fitted = read_fitted_on(path, json.loads(path.read_text()))
+    overhead = read_frontend_overhead(path)
+    return ((f"step times: the cost-model file {path}: its {described.get('kind')} model "
+             f"({described.get('source')})"
+             + (f", fitted on {fitted.label(True)}" if fitted is not None else "")
+             + (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request added to "
+                "every first token and finish" if overhead > 0 else
+                "; no front-end time (its frontend_overhead_s is 0): TTFT and E2E are the "
+                "engine's alone (--set frontend=vllm-api-server adds vLLM's)"
+                if frontend in (None, "none") else "")
+             + ("; runs on another GPU, model, parallelism or KV cache carry what the notes "
+                "say (--cost-model-transfer)" if transfer else "")),)
 
 
 def _drawn(workload: Mapping[str, Any]) -> str:

@@ -203,3 +203,59 @@ def test_a_measured_servers_target_is_named_or_the_reason_said(tmp_path: Path) -
     other = FitTarget(get_gpu("A100-80GB"), target.model)
     with pytest.raises(ValueError, match="fitted on H100"):
         load_checked_cost_model(path, other)
+
+
+def test_another_kv_cache_dtype_is_refused_or_carried_and_priced_at_the_target(
+        records: Path, tmp_path: Path) -> None:
+    """A file fitted with a 16-bit KV cache, simulated with --kv-cache-dtype fp8, priced every
+    step's KV reads at 16 bits while the capacity was sized for fp8 (a decode step of 128
+    requests over 8,000 tokens each: 59.8 ms where the fp8 model says 33.1 ms), and the file
+    loaded without a word."""
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    fp8 = dataclasses.replace(H100, kv_cache_dtype="fp8")
+    with pytest.raises(ValueError, match=re.escape("KV cache auto, not H100-SXM / "
+                                                   "Llama-3.1-8B TP1 EP1, KV cache fp8")):
+        load_checked_cost_model(path, fp8)
+    res = simulate(records, "--cost-model", str(path), "--kv-cache-dtype", "fp8")
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert "--set cost_model_transfer=true" in res.stderr
+    checked = load_checked_cost_model(path, fp8, transfer=True)
+    assert isinstance(checked.model, VllmStepModel)
+    assert checked.model.kv_cache_dtype == "fp8" and checked.model.mem_efficiency == 0.6
+    assert checked.frontend_overhead_s == 0.004
+    assert "step times priced at fp8" in checked.notes[0]
+    loaded = load_cost_model(path)
+    decode = (0.0, 128.0, 128 * 8000.0, 0.0, 0.0)
+    assert checked.model.step_time(*decode) < 0.6 * loaded.step_time(*decode)
+    # the same element size under another name is the same cache
+    e4m3 = fitted_file(tmp_path / "e4m3.json", dataclasses.replace(H100, kv_cache_dtype="fp8_e4m3"))
+    assert load_checked_cost_model(e4m3, fp8).notes == ()
+
+
+def test_a_bad_figure_of_the_fitted_on_gpu_names_the_field(tmp_path: Path) -> None:
+    """It read "GPU 'H100-SXM': hbm_bandwidth_bytes_s must be > 0, got 'x'", as if the
+    --gpu given were wrong, not the file's ``fitted_on`` block."""
+    path = fitted_file(tmp_path / "cost.json")
+    payload = json.loads(path.read_text())
+    payload["fitted_on"]["gpu"]["figures"]["hbm_bandwidth_bytes_s"] = "x"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=re.escape(
+            f"{path}: field 'fitted_on.gpu.figures': GPU 'H100-SXM': hbm_bandwidth_bytes_s")):
+        load_checked_cost_model(path, H100)
+
+
+def test_a_file_fitted_with_another_engine_says_so(records: Path, tmp_path: Path) -> None:
+    """A file fitted on a vLLM recording, simulated with --engine sglang (or validating an
+    SGLang recording, which chooses it), used vLLM's fitted step parameters and front-end
+    time without a word."""
+    path = tmp_path / "cost.json"
+    model = VllmStepModel(H100.gpu, H100.model)
+    save_cost_model(model, path, extra={"frontend_overhead_s": 0.004, **fitted_on_extra(
+        model, H100, {"name": "vllm", "block_size": 16})})
+    res = simulate(records, "--cost-model", str(path), "--engine", "sglang")
+    assert res.exit_code == 0, res.output
+    assert (f"note: {path}: fitted with engine vllm, simulated with engine sglang"
+            in res.stderr)
+    for same in ("vllm", "vllm-swap"):
+        res = simulate(records, "--cost-model", str(path), "--engine", same)
+        assert res.exit_code == 0 and "fitted with engine" not in res.stderr, res.output

@@ -50,7 +50,9 @@ def test_a_calibrations_repr_shows_its_warnings(shared: Path) -> None:
         "RecordedCalibration: VllmStepModel of Llama-3.1-8B on RTX-4090 fitted to 300 "
         f"measured requests in {cal.num_evals} simulations; loss {cal.start_loss:.4g} -> "
         f"{cal.loss:.4g} fitted: ")
-    assert len(cal.warnings()) == 3  # what `kvbudget calibrate --records` prints on stderr
+    # what `kvbudget calibrate --records` prints on stderr: three values at a bound and the
+    # search stopped by its 12 simulations
+    assert len(cal.warnings()) == 4 and cal.search_stopped == 12
     for said in cal.warnings():
         assert f"warning: {said}" in text
     assert repr(cal).splitlines()[-1] == (
