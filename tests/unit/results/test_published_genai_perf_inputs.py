@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvbudget.results.recordings import read_recording
-from kvbudget.workloads.errors import TraceError
+from tests.unit.results.test_published_result_folders import refused
 
 AIPERF_RUN = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
               / "prefix2x16_rate8")
@@ -36,14 +36,6 @@ OPENAI_RECORD = {"payload": [{"model": "llama", "messages": [
     {"role": "user", "content": "hi"}], "max_tokens": 16, "stream": True}]}
 """A record of the OpenAI formats: the body under ``payload`` (``base_converter.py``
 ``_finalize_payload``)."""
-
-
-def refused(path: Path) -> str:
-    with pytest.raises(TraceError) as info:
-        read_recording(path)
-    said = str(info.value)
-    assert "\n" not in said
-    return said
 
 
 def write_inputs(folder: Path, record: dict[str, Any], n: int = 3) -> Path:

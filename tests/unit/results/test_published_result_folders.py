@@ -30,6 +30,7 @@ def aggregates(source: Path, target: Path) -> None:
 
 
 def refused(path: Path) -> str:
+    """The one line ``path`` is refused with (its path first)."""
     with pytest.raises(TraceError) as info:
         read_recording(path)
     said = str(info.value)
