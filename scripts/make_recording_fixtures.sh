@@ -541,14 +541,22 @@ run_guidellm_rampup() {
         --output "kind=json,path=$dest/rampup2_concurrent4.json" --disable-console-interactive
 }
 
-inference_perf_yaml() {
-    # an inference-perf config: the load block from stdin, then completions (streamed: $1)
-    # from the tiny model's server, its per-request report written to $2
-    cat
-    cat <<EOF
+run_inference_perf() {
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION"
+    mkdir -p "$dest"
+    cat >"$WORK/ip.yaml" <<EOF
+load:
+  type: constant
+  stages:
+  - rate: 8
+    duration: 2
+  - rate: 4
+    duration: 2
 api:
   type: completion
-  streaming: $1
+  streaming: true
 server:
   type: vllm
   model_name: tiny
@@ -567,23 +575,7 @@ report:
     per_request: true
 storage:
   local_storage:
-    path: $2
-EOF
-}
-
-run_inference_perf() {
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION"
-    mkdir -p "$dest"
-    inference_perf_yaml true "$WORK/ip-out" >"$WORK/ip.yaml" <<EOF
-load:
-  type: constant
-  stages:
-  - rate: 8
-    duration: 2
-  - rate: 4
-    duration: 2
+    path: $WORK/ip-out
 EOF
     # the console script `inference-perf` is inference_perf:main_cli
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
@@ -614,12 +606,34 @@ run_inference_perf_unstreamed() {
     py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
     dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/unstreamed"
     mkdir -p "$dest"
-    inference_perf_yaml false "$WORK/ip-unstreamed" >"$WORK/ip-unstreamed.yaml" <<EOF
+    cat >"$WORK/ip-unstreamed.yaml" <<EOF
 load:
   type: constant
   stages:
   - rate: 8
     duration: 2
+api:
+  type: completion
+  streaming: false
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-unstreamed
 EOF
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
         --config_file "$WORK/ip-unstreamed.yaml")
