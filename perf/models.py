@@ -540,15 +540,49 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 }
 
 
+_COMPRESSED_WEIGHTS = {(8, "float"): "fp8", (8, "int"): "int8", (4, "int"): "int4"}
+"""The weights of a ``compressed-tensors`` checkpoint (``config_groups.*.weights``: ``num_bits``
+and ``type``, vLLM ``CompressedTensorsConfig._quantization_scheme_map_from_config``) that
+kvbudget models, as its weight dtypes: FP8 (RedHatAI's ``-FP8`` and ``-FP8-dynamic``), W8A8
+int8 and W4A16 int4. 4-bit floats (NVFP4) are not modelled."""
+
+
+def _compressed_tensors_dtype(q: _Fields) -> str:
+    """The one weight dtype of a ``compressed-tensors`` config's ``config_groups``; a group of
+    other weights, or groups that differ, are refused by name."""
+    groups = q.table.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        raise q.fail("config_groups", "missing: the weights' bits and type are not told")
+    found = set()
+    for name, group in groups.items():
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping):
+            raise q.fail(f"config_groups.{name}.weights", "missing or not a table")
+        key = (weights.get("num_bits"), weights.get("type"))
+        if key not in _COMPRESSED_WEIGHTS:
+            raise q.fail(f"config_groups.{name}.weights", f"{key[0]}-bit {key[1]} weights are "
+                         "not modelled (8-bit float, 8-bit int, 4-bit int)")
+        found.add(_COMPRESSED_WEIGHTS[key])
+    if len(found) > 1:
+        raise q.fail("config_groups", f"groups of different weights ({', '.join(sorted(found))})"
+                     " are not modelled")
+    return found.pop()
+
+
 def _weight_dtype(f: _Fields) -> str:
+    """The weights' dtype: the ``quantization_config``'s where there is one (``fbgemm_fp8``,
+    Meta's FP8 checkpoints such as meta-llama/Llama-3.1-405B-FP8, stores its weights as
+    ``float8_e4m3fn``, as ``fp8`` does: vLLM ``FBGEMMFp8Config``), else ``torch_dtype``."""
     quant = f.table.get("quantization_config")
     if quant is not None:
         if not isinstance(quant, Mapping):
             raise f.fail("quantization_config", "must be a table")
         q = _Fields(quant, f.source, f"{f.prefix}quantization_config.")
         method = q.str_("quant_method")
-        if method == "fp8":
+        if method in ("fp8", "fbgemm_fp8"):
             return "fp8"
+        if method == "compressed-tensors":
+            return _compressed_tensors_dtype(q)
         if method == "mxfp4":
             return "mxfp4"
         if method in ("gptq", "awq"):
@@ -556,7 +590,8 @@ def _weight_dtype(f: _Fields) -> str:
             if bits not in (4, 8):
                 raise q.fail("bits", f"{method} with {bits} bits is not modelled (4 or 8)")
             return f"int{bits}"
-        raise q.fail("quant_method", f"{method!r} is not modelled (fp8, mxfp4, gptq, awq)")
+        raise q.fail("quant_method", f"{method!r} is not modelled (fp8, fbgemm_fp8, "
+                     "compressed-tensors, mxfp4, gptq, awq)")
     dtype = f.str_("torch_dtype") or f.str_("dtype") or "bfloat16"
     if dtype in ("bfloat16", "float16"):
         return dtype

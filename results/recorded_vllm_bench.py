@@ -66,6 +66,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     refuse_pooling,
     role_chunk,
     server_metrics_note,
+    v0_engine_note,
 )
 from kvbudget.results.recorded_vllm_metadata import metadata_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
@@ -862,7 +863,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
-                             first_prompt_note(tool), async_scheduling_note(first, tool)) if n)
+                             first_prompt_note(tool), async_scheduling_note(first, tool),
+                             v0_engine_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1],
                              metadata_note(first, SWEEP_READ if "run_number" in first else

@@ -11,7 +11,9 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
   (:func:`server_metrics_note`);
-* a run dated before vLLM scheduled asynchronously by default (:func:`async_scheduling_note`).
+* a run dated before vLLM scheduled asynchronously by default (:func:`async_scheduling_note`);
+* a run dated before vLLM's V1 engine was its default, whose engine defaults were V0's
+  (:func:`v0_engine_note`).
 
 Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI sdists of 0.33.0
 (commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7): ``vllm/benchmarks/serve.py``,
@@ -117,8 +119,8 @@ def first_prompt_note(tool: str) -> str | None:
         return None
     return ("vllm bench serve sent each run's first prompt before the run (its readiness check, "
             "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up; none of them "
-            "in the file): a server with prefix caching on, vLLM's default, had that prompt "
-            "cached, so the first request's recorded TTFT is a cache hit's, where the "
+            "in the file): a server with prefix caching on, vLLM's default since 0.8.0, had "
+            "that prompt cached, so the first request's recorded TTFT is a cache hit's, where the "
             "simulation prefills it whole")
 
 
@@ -207,12 +209,49 @@ def async_scheduling_note(doc: Mapping[str, Any], tool: str) -> str | None:
             "--set engine.async_scheduling=false")
 
 
+V1_DEFAULT_DATE = "20250315"
+"""Before this day vLLM's servers ran its V0 engine unless told (``VLLM_USE_V1=1``): PR #13726
+("[V1] V1 Enablement Oracle", merged 15 March 2025, commit d4d93db2c) made V1 the default, and
+vLLM 0.8.0 (March 2025) shipped it, prefix caching on with it (github.com/IBM/fmwork PR #36:
+"With the release of VLLM 0.8.0, the V1 engine is now the default. With prefix caching now
+default enabled"). V0's own defaults, in ``vllm/engine/arg_utils.py`` ``EngineArgs`` (e.g. at
+commit e0191a95d, 8 November 2024): ``enable_prefix_caching: bool = False``,
+``max_num_seqs: int = 256``, chunked prefill on only for a model of more than 32K context
+(``use_long_context``, the OpenAI server), then with ``max_num_batched_tokens`` 512
+(``SchedulerConfig``, vllm/config.py: "the best balance between ITL and TTFT on A100"), else
+off."""
+
+V0_NOTE_SAID = "before vLLM 0.8.0 (March 2025) made its V1 engine the default"
+"""The words that mark :func:`v0_engine_note` among a recording's notes."""
+
+
+def v0_engine_note(doc: Mapping[str, Any], tool: str) -> str | None:
+    """A vLLM client's result dated before :data:`V1_DEFAULT_DATE`: if its server was vLLM, it
+    ran the V0 engine with V0's defaults (prefix caching off, ``max_num_seqs`` 256, chunked
+    prefill only past 32K of context, in steps of 512 tokens), where the simulated vllm engine
+    takes vLLM 0.32's (prefix caching on, ``max_num_seqs`` 1024 on an H100, chunked prefill on
+    with up to 8192 tokens a step). dstack's published vLLM 0.6 results of Llama-3.1-405B-FP8
+    on 8 H100s (github.com/dstackai/benchmarks, 9 November 2024) were simulated with 1024
+    sequences a step and prefix caching on, said only as "vLLM's defaults"."""
+    date = doc.get("date")
+    if tool != "vllm bench serve" or not isinstance(date, str) or \
+            not re.fullmatch(r"\d{8}-\d{6}", date) or date[:8] >= V1_DEFAULT_DATE:
+        return None
+    day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+    return (f"the run is dated {day}, {V0_NOTE_SAID}: if its server was vLLM, it ran the V0 "
+            "engine, whose defaults were prefix caching off, max_num_seqs 256 and chunked "
+            "prefill only for a model of more than 32K context (then 512 tokens a step, else "
+            "a whole prompt at once); the simulated vllm engine takes vLLM 0.32's (the "
+            "'simulated on' line) unless --set engine.enable_prefix_caching=false, "
+            "--max-num-seqs 256 and --max-num-batched-tokens say the server's")
+
+
 def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) -> tuple[str, ...]:
     """A recording's notes that hold for the simulated ``engine``: :func:`async_scheduling_note`
     only where the engine is vLLM's (``vllm``, ``vllm-swap``) and schedules asynchronously, as
-    the note says it does; SGLang's and TensorRT-LLM's engines overlap their steps by their own
-    schedulers' defaults and take no vLLM flag, and a vLLM engine already run without async
-    scheduling has nothing to be told."""
-    if engine.startswith("vllm") and async_scheduling:
-        return tuple(notes)
-    return tuple(n for n in notes if ASYNC_NOTE_SAID not in n)
+    the note says it does, and :func:`v0_engine_note` only where it is vLLM's; SGLang's and
+    TensorRT-LLM's engines overlap their steps by their own schedulers' defaults and take no
+    vLLM flag, and a vLLM engine already run without async scheduling has nothing to be told."""
+    vllm = engine.startswith("vllm")
+    return tuple(n for n in notes if (vllm or V0_NOTE_SAID not in n)
+                 and ((vllm and async_scheduling) or ASYNC_NOTE_SAID not in n))

@@ -36,6 +36,9 @@ class FileFacts:
     """The file does not end with a newline: its last line may have been cut off."""
     single_line: bool
     """The file has only one non-empty line."""
+    first_line_cut: bool = False
+    """The first line runs on past the first 64 KiB: :attr:`first_line` is only its beginning
+    (a load tool's result written as one JSON document on one line, as vLLM's is)."""
 
 
 _COMPRESSED = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"PK\x03\x04", "zip", "unzip"),
@@ -101,6 +104,7 @@ def file_facts(path: Path) -> FileFacts:
     tail_lines = [ln for ln in tail.splitlines() if ln.strip()]
     last = tail_lines[-1].decode("utf-8", errors="replace").strip("\r\n") if tail_lines else ""
     single = len(head) == size and len(head_lines) == 1
+    cut = size > len(head) and len(head_lines) == 1 and not head.endswith((b"\n", b"\r"))
     return FileFacts(
         path=path,
         size=size,
@@ -109,6 +113,7 @@ def file_facts(path: Path) -> FileFacts:
         last_line=last,
         unterminated=not tail.endswith((b"\n", b"\r")),
         single_line=single,
+        first_line_cut=cut,
     )
 
 

@@ -83,6 +83,11 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
         try:
             record = json.loads(first)
         except (json.JSONDecodeError, RecursionError) as exc:
+            if facts.first_line_cut:  # not read whole: no claim on its JSON
+                raise TraceError(path, "its first line runs on past 64 KiB, too long to tell "
+                                 "a trace format from (a JSON lines trace has one request a "
+                                 f"line, with its token counts); {RECORDING_HINT}",
+                                 line=1) from None
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines trace "
                              f"has one request a line; {RECORDING_HINT}", line=1) from None
         keys = set(record) if isinstance(record, dict) else set()
