@@ -31,9 +31,20 @@ NEEDED = ("not per-request records: kvbudget replays each request (its send time
           "prompt_tokens, output_tokens, ttft_s, e2e_s)")
 
 
+RATE = re.compile(r"(^|_)per_(second|sec|s)$")
+"""A rate over a window (``requests_per_second``, ``tokens_per_sec``): a statistic over the
+requests of the window, not one request's figure."""
+
+TIME_COLUMNS = frozenset({"time_elapsed", "elapsed", "elapsed_s", "timestamp", "time", "time_s",
+                          "window_start", "interval"})
+"""A column of when a row was taken: with rates beside it, each row is a time window (Locust's
+``*_stats_history.csv``, bentoml/llm-bench's five-second rows)."""
+
+
 def _is_stat(name: str) -> bool:
     words = re.split(r"[^a-z0-9]+", name.lower())
-    return any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
+    return (any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
+            or RATE.search("_".join(w for w in words if w)) is not None)
 
 
 def _said(names: Iterable[str]) -> str:
@@ -64,4 +75,7 @@ def aggregate_table_refusal(header: Iterable[str]) -> str | None:
     stats = [n for n in names if _is_stat(n)]
     if len(stats) < 2:
         return None
-    return f"holds aggregate figures, one row a run or a metric ({_said(stats)}), {NEEDED}"
+    times = [n for n in names if n.lower() in TIME_COLUMNS]
+    rows = (f"one row a time window ({times[0]}: a time series)" if times
+            else "one row a run or a metric")
+    return f"holds aggregate figures, {rows} ({_said(stats)}), {NEEDED}"

@@ -73,3 +73,20 @@ def test_a_column_mapping_reads_the_file_as_the_user_named_it(tmp_path: Path) ->
                                         "output_tokens": "n_out", "ttft_s": "ttft_mean",
                                         "e2e_s": "e2e_mean"})
     assert len(rec) == 2
+
+
+def test_a_csv_time_series_of_rates_is_said_to_be_one(tmp_path: Path) -> None:
+    # bentoml/llm-bench's rows (6f31190, data/*.csv): one row each five seconds of a Locust run;
+    # it was refused as "missing column 'prompt_tokens' needed by the generic format"
+    path = tmp_path / "benchmark-openllm-user=1_time=120.0.csv"
+    path.write_text("time_elapsed,active_users,requests_per_second,total_requests,"
+                    "active_requests,cpu_utilization,gpu_utilization,gpu_memory_usage,"
+                    "response_head_latency,response_latency,response_tokens_per_second\n"
+                    "12,1,0.0,1,1,7.5,0.0,0.99,0,0,0.0\n"
+                    "17,1,3.4,20,1,8.7,87.0,0.99,0.0087,0.2545,68.0\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds aggregate figures, one row a time window (time_elapsed: a time series) "
+            "(requests_per_second, response_tokens_per_second)") in said
+    assert NEEDS in said and "missing column" not in said
