@@ -5,7 +5,10 @@ A load tool's own summary (vLLM's, AIPerf's, LLMPerf's...) is refused by name
 request, a JSON object of ``mean_ttft_ms``, ``p99_e2e_ms`` and ``throughput`` or a CSV of one row
 a run (``concurrency, throughput, mean_ttft_ms, p99_ttft_ms``), was refused as a file of no
 known format ("pass a format ...") or as a records file without ``prompt_tokens``: neither
-said that the file holds no request at all, nor what kvbudget needs instead.
+said that the file holds no request at all, nor what kvbudget needs instead. A file that does
+list requests, in a layout of no tool kvbudget reads (a home-made benchmark's ``{"requests":
+[{"ttft_ms": ..., "total_ms": ...}, ...]}``), was told to "pass a format", which none fits:
+:func:`unknown_requests_refusal` says what it holds and what to write instead.
 """
 
 from __future__ import annotations
@@ -79,3 +82,38 @@ def aggregate_table_refusal(header: Iterable[str]) -> str | None:
     rows = (f"one row a time window ({times[0]}: a time series)" if times
             else "one row a run or a metric")
     return f"holds aggregate figures, {rows} ({_said(stats)}), {NEEDED}"
+
+
+LATENCY_WORDS = frozenset({"ttft", "latency", "e2e", "e2el", "tpot", "itl"})
+"""Words of a key that name one request's measured time."""
+SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "created", "begin",
+                        "issued", "scheduled"})
+"""Words of a key that may hold when a request was sent."""
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in re.split(r"[^a-z0-9]+", name.lower()) if w}
+
+
+def unknown_requests_refusal(doc: object) -> str | None:
+    """Why a JSON list of request objects (the document, or a list under one of its keys) of
+    no tool kvbudget reads cannot be read: what it holds, whether a send time is among its
+    keys, and what to write instead; None where no such list is found."""
+    lists = ([("", doc)] if isinstance(doc, list) else
+             [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
+             if isinstance(doc, Mapping) else [])
+    for where, items in lists:
+        if not items or not all(isinstance(x, Mapping) for x in items[:8]):
+            continue
+        keys = [str(k) for k in items[0]]
+        if not any(_words(k) & LATENCY_WORDS for k in keys):
+            continue
+        sent = any(_words(k) & SEND_WORDS for k in keys)
+        return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
+                f"reads ({where}{_said(sorted(keys, key=lambda k: not _words(k) & LATENCY_WORDS))})"
+                + ("" if sent else ", with no send time among their keys, which kvbudget "
+                   "needs to replay them")
+                + ": write them as the generic records format (arrival_s, prompt_tokens, "
+                "output_tokens, ttft_s, e2e_s; docs/recordings.md) or pass a load tool's "
+                "per-request file")
+    return None

@@ -73,7 +73,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvbudget.results.recorded_aggregates import aggregate_object_refusal, aggregate_table_refusal
+from kvbudget.results.recorded_aggregates import (
+    aggregate_object_refusal,
+    aggregate_table_refusal,
+    unknown_requests_refusal,
+)
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
@@ -194,7 +198,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         if hit:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
-        aggregates = aggregate_object_refusal(doc)
+        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(doc)
         if aggregates:
             raise TraceError(path, aggregates)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
@@ -263,6 +267,9 @@ def detect_recording_format(path: Path) -> str:
         summary = summary_refusal(doc)
         if summary:
             raise TraceError(path, summary[0], field=summary[1])
+        unknown = unknown_requests_refusal(doc)
+        if unknown:
+            raise TraceError(path, unknown)
         raise TraceError(path, "cannot tell the recording format (a JSON list that is not "
                          "inference-perf's per_request_lifecycle_metrics.json)")
     if text[:1] == b"{":

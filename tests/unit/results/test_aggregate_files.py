@@ -90,3 +90,30 @@ def test_a_csv_time_series_of_rates_is_said_to_be_one(tmp_path: Path) -> None:
     assert ("holds aggregate figures, one row a time window (time_elapsed: a time series) "
             "(requests_per_second, response_tokens_per_second)") in said
     assert NEEDS in said and "missing column" not in said
+
+
+@pytest.mark.parametrize("wrap", [True, False])
+def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path,
+                                                                wrap: bool) -> None:
+    # a home-made benchmark's results (varad-more/inference-engine-benchmark-system cdb5e45,
+    # results/*/single_request_latency_vllm_*.json): told "cannot tell the recording format;
+    # pass a format (records, run, ...)", which none fits
+    requests = [{"request_id": i, "prompt_len": 8, "success": True, "ttft_ms": 90.4 + i,
+                 "total_ms": 5260.8, "output_tokens": 128, "error": ""} for i in range(3)]
+    doc: object = {"scenario_name": "single_request_latency", "requests": requests,
+                   "metrics": {"mean_ttft_ms": 90.0, "p99_ttft_ms": 99.0}} if wrap else requests
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds 3 per-request result(s) in a layout of no tool kvbudget reads ("
+            + ("under 'requests': " if wrap else "") + "ttft_ms, request_id, prompt_len, ...)"
+            ) in said
+    assert "with no send time among their keys" in said and "generic records format" in said
+    assert "pass a format" not in said
+    requests[0]["start_time"] = 0.0  # a send time among the keys: not said missing
+    path.write_text(json.dumps(requests))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "per-request result(s)" in str(err.value) and "no send time" not in str(err.value)
