@@ -14,7 +14,9 @@ The file names are the tools' defaults: AIPerf ``profile_export.jsonl`` beside
 inference-perf ``demos/kubecon-na-2025/*/results/``), and, collecting the server's metrics, its
 ``summary_prometheus_metrics.json`` and ``stage_N_prometheus_metrics.json`` (inference-perf
 0.7.0 ``reportgen/base.py``, ``generate_prometheus_metrics_report``; written also where
-``report.request_lifecycle`` writes nothing); GuideLLM ``benchmarks.json`` (or
+``report.request_lifecycle`` writes nothing), its ``adapter_<name>[_stage_N]_lifecycle_metrics
+.json`` (per LoRA adapter) and a trace session replay's ``per_session_``, ``summary_session_``
+and ``stage_N_session_lifecycle_metrics.json`` (``generate_session_reports``); GuideLLM ``benchmarks.json`` (or
 ``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``; LLMPerf
 ``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``.
 """
@@ -36,13 +38,19 @@ PER_REQUEST_FILES: dict[str, str] = {
 }
 """A load tool's per-request file by its default name, and the tool."""
 SUMMARY_FILES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"(stage_\d+|summary)_lifecycle_metrics\.json"), "inference-perf",
+    (re.compile(r"(stage_\d+|summary|adapter_.+)_lifecycle_metrics\.json"), "inference-perf",
      "rerun it with report.request_lifecycle.per_request: true in its config, which writes "
      "per_request_lifecycle_metrics.json"),
     (re.compile(r"(stage_\d+|summary)_prometheus_metrics\.json"), "inference-perf",
      "they are the model server's Prometheus metrics over the run (report.prometheus), not "
      "the requests' send times or tokens; rerun it with report.request_lifecycle.per_request: "
      "true in its config, which writes per_request_lifecycle_metrics.json"),
+    (re.compile(r"(per_session|summary_session|stage_\d+_session)_lifecycle_metrics\.json"),
+     "inference-perf",
+     "they are its session reports of a trace session replay (report.session_lifecycle: per "
+     "session or over sessions), not the requests' send times or tokens; rerun it with "
+     "report.request_lifecycle.per_request: true in its config, which writes "
+     "per_request_lifecycle_metrics.json"),
     (re.compile(r"profile_export_aiperf\.(json|csv)"), "AIPerf",
      "its profile_export.jsonl (the per-request records) is missing beside it"),
     (re.compile(r"profile_export_genai_perf\.(json|csv)"), "genai-perf",
@@ -165,7 +173,8 @@ def _summaries_in(where: Path, base: Path) -> str | None:
                     "each request's timestamps and text but no token counts (genai-perf counts "
                     "them with its tokenizer), so none can be replayed: rerun with AIPerf, "
                     "genai-perf's successor, whose profile_export.jsonl records them")
-        return (f"is {tool}'s output directory holding aggregates only "
+        held = "reports per session" if "session" in pattern.pattern else "aggregates only"
+        return (f"is {tool}'s output directory holding {held} "
                 f"({_listed(found, base)}), no per-request file: {instead}")
     return _inputs_only(where, base)
 

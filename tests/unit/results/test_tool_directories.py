@@ -155,3 +155,29 @@ def test_inference_perf_folder_of_prometheus_metrics_only_names_what_is_missing(
     # its summary of the requests keeps its own refusal
     text = refusal(FIXTURES / "inference-perf-0.7.0" / "summary_lifecycle_metrics.json")
     assert "Prometheus" not in text and "per_request_lifecycle_metrics.json" in text
+
+
+def test_inference_perf_folders_of_its_other_reports_name_what_is_missing(
+        tmp_path: Path) -> None:
+    """A trace session replay's session reports alone, and the per-LoRA-adapter summaries
+    alone (inference-perf 0.7.0 ``reportgen/base.py``: ``per_session_lifecycle_metrics.json``,
+    ``adapter_<name>_lifecycle_metrics.json``), were told "pass one of them", each then
+    refused: the folder now names them and the per-request file that is missing."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    shutil.copy(FIXTURES / "handmade" /
+                "inference-perf-0.7.0-per_session_lifecycle_metrics-handmade.json",
+                sessions / "per_session_lifecycle_metrics.json")
+    text = refusal(sessions)
+    assert "pass one of them" not in text
+    assert "is inference-perf's output directory holding reports per session " \
+        "(per_session_lifecycle_metrics.json), no per-request file: they are its session " \
+        "reports" in text and text.endswith("writes per_request_lifecycle_metrics.json"), text
+    adapters = tmp_path / "adapters"
+    adapters.mkdir()
+    shutil.copy(FIXTURES / "inference-perf-0.7.0" / "summary_lifecycle_metrics.json",
+                adapters / "adapter_lora-a_lifecycle_metrics.json")
+    text = refusal(adapters)
+    assert "is inference-perf's output directory holding aggregates only " \
+        "(adapter_lora-a_lifecycle_metrics.json)" in text, text
+    assert "report.request_lifecycle.per_request: true" in text
