@@ -98,5 +98,5 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> 
     else:
         verdict = ("the backlog stayed level: the simulated deployment kept up with this load "
                    "under this policy")
-    return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity finds "
-                "the largest rate that meets the SLO)")
+    return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity, with "
+                "the same options and --out DIR, finds the largest rate that meets the SLO)")
