@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvbudget.analysis.backlog import load_said
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
@@ -128,6 +129,9 @@ def simulate_cmd(
     else:
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
+        load = load_said(result.record_columns, result.summary)
+        if load:
+            typer.echo(load)
         if interval is not None:
             typer.echo("")
             typer.echo(render_intervals(headline(result.summary), result.summary["intervals"]))

@@ -9,6 +9,7 @@ Workloads and traces
 - :func:`load_trace`, :class:`TraceOptions`, :func:`save_workload`: real trace formats
 - :func:`generate_workload`, :class:`TierTraffic`: synthetic traffic
 - :class:`PoissonArrivals`, :class:`GammaArrivals`: arrival processes
+- :func:`mean_arrival_rate`: the offered rate of arrivals, ``(n - 1) / span`` first to last
 - :class:`Fixed`, :class:`Uniform`, :class:`LogNormal`, :class:`Empirical`: length distributions
 - :class:`FixedCap`, :class:`FactorOfTrue`, :class:`QuantileCap`: declared ``max_output_tokens``
 
@@ -103,6 +104,7 @@ _EXPORTS: dict[str, str] = {
     "TierTraffic": "workloads.synthetic",
     "PoissonArrivals": "workloads.arrivals",
     "GammaArrivals": "workloads.arrivals",
+    "mean_arrival_rate": "workloads.arrival_rate",
     "Fixed": "workloads.lengths",
     "Uniform": "workloads.lengths",
     "LogNormal": "workloads.lengths",
@@ -294,6 +296,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     from kvbudget.studies.tune import Constraint, Param, TuneSpec, tune
     from kvbudget.studies.validate import compare_live_validation, validate_recording
     from kvbudget.workloads import Workload, from_columns
+    from kvbudget.workloads.arrival_rate import mean_arrival_rate
     from kvbudget.workloads.arrivals import GammaArrivals, PoissonArrivals
     from kvbudget.workloads.closed_loop import ClosedLoop
     from kvbudget.workloads.lengths import Empirical, Fixed, LogNormal, Uniform

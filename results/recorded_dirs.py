@@ -11,7 +11,12 @@ The file names are the tools' defaults: AIPerf ``profile_export.jsonl`` beside
 ``profile_export_aiperf.json`` (ai-dynamo/aiperf ``docs/tutorials/working-with-profile-exports
 .md``); inference-perf ``per_request_lifecycle_metrics.json`` beside its
 ``stage_N_lifecycle_metrics.json`` and ``summary_lifecycle_metrics.json`` (kubernetes-sigs/
-inference-perf ``demos/kubecon-na-2025/*/results/``); GuideLLM ``benchmarks.json`` (or
+inference-perf ``demos/kubecon-na-2025/*/results/``), and, collecting the server's metrics, its
+``summary_prometheus_metrics.json`` and ``stage_N_prometheus_metrics.json`` (inference-perf
+0.7.0 ``reportgen/base.py``, ``generate_prometheus_metrics_report``; written also where
+``report.request_lifecycle`` writes nothing), its ``adapter_<name>[_stage_N]_lifecycle_metrics
+.json`` (per LoRA adapter) and a trace session replay's ``per_session_``, ``summary_session_``
+and ``stage_N_session_lifecycle_metrics.json`` (``generate_session_reports``); GuideLLM ``benchmarks.json`` (or
 ``.yaml``); genai-perf ``profile_export.json`` beside ``profile_export_genai_perf.json``; LLMPerf
 ``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``.
 """
@@ -33,8 +38,18 @@ PER_REQUEST_FILES: dict[str, str] = {
 }
 """A load tool's per-request file by its default name, and the tool."""
 SUMMARY_FILES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"(stage_\d+|summary)_lifecycle_metrics\.json"), "inference-perf",
+    (re.compile(r"(stage_\d+|summary|adapter_.+)_lifecycle_metrics\.json"), "inference-perf",
      "rerun it with report.request_lifecycle.per_request: true in its config, which writes "
+     "per_request_lifecycle_metrics.json"),
+    (re.compile(r"(stage_\d+|summary)_prometheus_metrics\.json"), "inference-perf",
+     "they are the model server's Prometheus metrics over the run (report.prometheus), not "
+     "the requests' send times or tokens; rerun it with report.request_lifecycle.per_request: "
+     "true in its config, which writes per_request_lifecycle_metrics.json"),
+    (re.compile(r"(per_session|summary_session|stage_\d+_session)_lifecycle_metrics\.json"),
+     "inference-perf",
+     "they are its session reports of a trace session replay (report.session_lifecycle: per "
+     "session or over sessions), not the requests' send times or tokens; rerun it with "
+     "report.request_lifecycle.per_request: true in its config, which writes "
      "per_request_lifecycle_metrics.json"),
     (re.compile(r"profile_export_aiperf\.(json|csv)"), "AIPerf",
      "its profile_export.jsonl (the per-request records) is missing beside it"),
@@ -80,6 +95,29 @@ LLMPERF_REQUESTS = re.compile(r".+_individual_responses\.json")
 """LLMPerf's per-request file (github.com/ray-project/llmperf ``token_benchmark_ray.py``:
 ``<model>_<input>_<output>_individual_responses.json`` beside its ``_summary.json``), which
 lists no send time (``recorded_summaries``), so none kvbudget can replay."""
+
+
+PROMETHEUS_SUMMARY_KEYS = frozenset({"kv_cache_usage_percentage", "num_requests_running",
+                                     "queue_len"})
+"""Keys of the ``successes`` of inference-perf's summary of the server's Prometheus metrics
+(0.7.0 ``reportgen/base.py``, ``summarize_prometheus_metrics``), which its summary of the
+requests (``summarize_requests``) does not write."""
+
+
+def inference_perf_prometheus_refusal(doc: dict[str, object]) -> str | None:
+    """Why inference-perf's ``summary_prometheus_metrics.json`` or
+    ``stage_N_prometheus_metrics.json`` (its summary layout, ``load_summary`` and
+    ``successes``, filled from the server's metrics) cannot be read, or None for another
+    file."""
+    successes = doc.get("successes")
+    if "load_summary" not in doc or not isinstance(successes, dict) or \
+            not PROMETHEUS_SUMMARY_KEYS & set(successes):
+        return None
+    return ("is inference-perf's summary of the model server's Prometheus metrics "
+            "(summary_ or stage_N_prometheus_metrics.json, report.prometheus): what the server "
+            "reported over the run, not the requests' send times or tokens; pass "
+            "per_request_lifecycle_metrics.json (report.request_lifecycle.per_request: true in "
+            "its config)")
 
 
 INPUTS_JSON = "inputs.json"
@@ -135,7 +173,8 @@ def _summaries_in(where: Path, base: Path) -> str | None:
                     "each request's timestamps and text but no token counts (genai-perf counts "
                     "them with its tokenizer), so none can be replayed: rerun with AIPerf, "
                     "genai-perf's successor, whose profile_export.jsonl records them")
-        return (f"is {tool}'s output directory holding aggregates only "
+        held = "reports per session" if "session" in pattern.pattern else "aggregates only"
+        return (f"is {tool}'s output directory holding {held} "
                 f"({_listed(found, base)}), no per-request file: {instead}")
     return _inputs_only(where, base)
 
@@ -155,10 +194,12 @@ REQUEST_LISTS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "e2e
                  "start_times", "details")
 """The per-request lists of a serving benchmark's result (vLLM's, SGLang's nested under
 ``details``, TensorRT-LLM's ``e2els``): a file with any lists requests, whatever else it holds."""
-SCANNED = 64
-"""How many of a folder's JSON files are opened to tell whether any lists requests."""
 SCANNED_BYTES = 1 << 20
 """A larger JSON file is not opened there (a load tool's per-request file can be)."""
+SCANNED_TOTAL_BYTES = 32 << 20
+"""How many bytes of a folder's JSON files are read, in all, to tell whether any lists
+requests: a sweep's hundreds of small summaries are all read (each is opened until one is not
+a summary), a folder of large files is not read whole."""
 
 
 def _first_document(path: Path) -> object:
@@ -181,11 +222,19 @@ def _aggregates_only(data: list[Path], base: Path) -> str | None:
     """``is a folder of N results ...`` where each of the folder's data files is a JSON file
     that :func:`~kvbudget.results.recorded_summaries.summary_refusal` names as holding no
     request (a folder of ``vllm bench serve`` results saved without ``--save-detailed``); None
-    where any is another file, large, or one kvbudget may read."""
-    if len(data) > SCANNED or any(p.suffix.lower() not in (".json", ".jsonl") for p in data):
+    where any is another file, large, or one kvbudget may read. The files are read in turn
+    until one is not a summary or :data:`SCANNED_TOTAL_BYTES` are read; where the bytes ran out
+    first, it says how many it read and that the rest were not."""
+    if any(p.suffix.lower() not in (".json", ".jsonl") for p in data):
         return None
-    first = ""
+    first, num_read, budget = "", 0, SCANNED_TOTAL_BYTES
     for p in data:
+        try:
+            budget -= p.stat().st_size
+        except OSError:
+            return None
+        if budget < 0:
+            break
         doc = _first_document(p)
         if isinstance(doc, dict) and any(k in doc for k in REQUEST_LISTS):
             return None  # a per-request result (summary_refusal is asked only without them)
@@ -193,8 +242,17 @@ def _aggregates_only(data: list[Path], base: Path) -> str | None:
         if said is None:
             return None
         first = first or f"{p.relative_to(base)}, {said[0]}"
-    return (f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of "
-            f"{len(data)} result file(s), none of which lists a request; the first, {first}")
+        num_read += 1
+    head = f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of "
+    if num_read == len(data):
+        return (f"{head}{len(data)} result file(s), none of which lists a request; the first, "
+                f"{first}")
+    if not num_read:
+        return None
+    return (f"{head}{len(data)} result files: the first {num_read} (the first "
+            f"{SCANNED_TOTAL_BYTES / 2 ** 20:.3g} MiB read) list no request and the other "
+            f"{len(data) - num_read} were not read; the first, {first}; pass one of the others "
+            "if it lists its requests")
 
 
 def tool_dir_refusal(path: Path) -> str | None:

@@ -79,7 +79,7 @@ from kvbudget.results.recorded_aggregates import (
     unknown_requests_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_dirs import tool_dir_refusal
+from kvbudget.results.recorded_dirs import inference_perf_prometheus_refusal, tool_dir_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -179,7 +179,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
-    sessions = session_report_refusal(doc)
+    sessions = session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
     if sessions:
         raise TraceError(path, sessions)
     refusals = (

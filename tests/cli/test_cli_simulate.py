@@ -769,3 +769,24 @@ def test_simulate_out_lists_every_file_it_wrote(tmp_path: Path) -> None:
     listed = line.removeprefix(f"wrote {out2}/").split(", ")
     assert "attempts.parquet" in listed
     assert sorted(listed) == sorted(p.name for p in out2.iterdir())
+
+
+def test_simulate_on_a_trace_says_whether_the_gpu_kept_up(tmp_path: Path) -> None:
+    """``simulate --trace FILE`` printed its figures without relating the load to what the
+    simulated GPU sustains (the demo says its load against the conservative policy's capacity):
+    a reader could not tell whether the trace overloads it. The run's own backlog says it,
+    without another simulation."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{i * 0.5},500,50\n" for i in range(121)))  # 2 req/s for a minute
+    code, stdout, stderr = run("simulate", "--trace", str(trace))
+    assert code == 0, stderr
+    load = [line for line in _lines(stdout) if line.startswith("load: ")]
+    assert len(load) == 1 and load[0].startswith("load: 2 req/s offered"), stdout
+    assert "the backlog stayed level: the simulated deployment kept up with this load" in load[0]
+    # the same requests on a KV cache that holds two of them at once: they pile up
+    code, stdout, stderr = run("simulate", "--trace", str(trace), "--num-gpu-blocks", "70",
+                               "--policy", "unlimited")
+    assert code == 0, stderr
+    load = [line for line in _lines(stdout) if line.startswith("load: ")]
+    assert len(load) == 1 and "the backlog grew" in load[0] and "kept up" not in load[0], stdout

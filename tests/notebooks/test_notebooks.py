@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -154,3 +155,22 @@ def test_the_sim_vs_real_notebook_checks_the_cost_model_its_introduction_names()
     assert "the default is the GPU and model presets' default step model (`vllm-v1`" in text
     assert 'assert simulated.summary["cost_model"]["kind"] == "vllm-v1"' in code
     assert 'assert simulated.summary["cost_model"]["kind"] == "roofline"' in code
+
+
+RATE_BY_HAND = re.compile(r"len\(workload\)\s*/\s*(float\()?\s*workload\.(span_s|arrival_s)")
+"""A request rate counted by hand over the arrival window: ``n / span``."""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_an_offered_rate_is_the_librarys(path: Path) -> None:
+    """01 and 02 computed the offered rate as ``len(workload) / span`` (n / span), where the
+    tables, ``trace stats`` and the conclusion line count arrivals over the arrival window as
+    ``(n - 1) / span`` (``kb.mean_arrival_rate``, workloads/arrival_rate.py), and 01's served
+    rate divided every offered request, not the completed ones, by the run's span: a notebook
+    now takes the library's function, and its prose says which span a rate is over."""
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert not RATE_BY_HAND.search(code), RATE_BY_HAND.search(code)
+    prose = " ".join(c.source for c in nb.cells if c.cell_type == "markdown").replace("\n  ", " ")
+    for said in re.findall(r"about \d+ req/s[^.;)]*", prose):
+        assert "over" in said, said  # "about 14 req/s over the arrival window, ..."

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kvbudget.results import recorded_dirs
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
 
@@ -58,3 +59,29 @@ def test_a_folder_with_a_result_that_lists_requests_is_told_to_pass_one(tmp_path
     shutil.copy(FIXTURES / "rate8.json", tmp_path / "result-a.json")
     said = refused(tmp_path)  # both list their requests: neither is said to hold none
     assert "pass one of them" in said and "none of which" not in said
+
+
+def test_a_sweep_of_a_hundred_summaries_is_said_as_one(tmp_path: Path) -> None:
+    """A sweep of 100 results saved without --save-detailed: every file is read (a count of
+    64 sent the user to pass them one by one, each then refused as aggregates only)."""
+    for k in range(100):
+        aggregates(FIXTURES / "rate8.json", tmp_path / f"result-{k:03d}.json")
+    said = refused(tmp_path)
+    assert "a folder of 100 result file(s), none of which lists a request; the first, " \
+        "result-000.json, is a vllm bench serve result without per-request data" in said
+    assert "pass one of them" not in said
+    # one that lists its requests, last of them all, is still found
+    shutil.copy(FIXTURES / "rate8.json", tmp_path / "result-100.json")
+    assert "pass one of them" in refused(tmp_path)
+
+
+def test_a_folder_past_the_bytes_read_says_what_it_did_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in range(5):
+        aggregates(FIXTURES / "rate8.json", tmp_path / f"result-{k}.json")
+    size = (tmp_path / "result-0.json").stat().st_size
+    monkeypatch.setattr(recorded_dirs, "SCANNED_TOTAL_BYTES", 3 * size)
+    said = refused(tmp_path)
+    assert "a folder of 5 result files: the first 3 " in said
+    assert "list no request and the other 2 were not read" in said
+    assert "none of which" not in said

@@ -124,3 +124,60 @@ def test_an_llmperf_results_folder_says_why_neither_file_is_read(tmp_path: Path)
     text = refusal(tmp_path)
     assert "LLMPerf's results directory" in text and "pass one of them" not in text
     assert f"{name}_individual_responses.json" in text and "no send time" in text
+
+
+PROMETHEUS = FIXTURES / "handmade" / "inference-perf-0.7.0-summary_prometheus_metrics-handmade.json"
+"""inference-perf 0.7.0's summary of a server's Prometheus metrics, written by its own report
+code without a server (``~/.cache/kvbudget/loadtools/inference-perf-0.7.0/venv/bin/python``:
+``json.dumps(summarize_prometheus_metrics(ModelServerMetrics()).model_dump(), indent=2)``, the
+figures of a client that collected none, all zero): the layout of its
+``summary_prometheus_metrics.json`` and ``stage_N_prometheus_metrics.json``."""
+
+
+def test_inference_perf_folder_of_prometheus_metrics_only_names_what_is_missing(
+        tmp_path: Path) -> None:
+    # report.request_lifecycle writing nothing, report.prometheus its default summary and
+    # per_stage: the server's metrics only. It was told "it holds 2 data file(s) (...): pass
+    # one of them", and each file was then called "an inference-perf summary"
+    for name in ("summary_prometheus_metrics.json", "stage_0_prometheus_metrics.json"):
+        shutil.copy(PROMETHEUS, tmp_path / name)
+    text = refusal(tmp_path)
+    assert "pass one of them" not in text
+    assert text.startswith(f"{tmp_path}: is inference-perf's output directory holding "
+                           "aggregates only (stage_0_prometheus_metrics.json, summary_prometheus"
+                           "_metrics.json), no per-request file: they are the model server's "
+                           "Prometheus metrics over the run"), text
+    assert text.endswith("which writes per_request_lifecycle_metrics.json"), text
+    # one of the files, passed as it is
+    text = refusal(tmp_path / "summary_prometheus_metrics.json")
+    assert "is inference-perf's summary of the model server's Prometheus metrics" in text
+    assert "pass per_request_lifecycle_metrics.json" in text
+    # its summary of the requests keeps its own refusal
+    text = refusal(FIXTURES / "inference-perf-0.7.0" / "summary_lifecycle_metrics.json")
+    assert "Prometheus" not in text and "per_request_lifecycle_metrics.json" in text
+
+
+def test_inference_perf_folders_of_its_other_reports_name_what_is_missing(
+        tmp_path: Path) -> None:
+    """A trace session replay's session reports alone, and the per-LoRA-adapter summaries
+    alone (inference-perf 0.7.0 ``reportgen/base.py``: ``per_session_lifecycle_metrics.json``,
+    ``adapter_<name>_lifecycle_metrics.json``), were told "pass one of them", each then
+    refused: the folder now names them and the per-request file that is missing."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    shutil.copy(FIXTURES / "handmade" /
+                "inference-perf-0.7.0-per_session_lifecycle_metrics-handmade.json",
+                sessions / "per_session_lifecycle_metrics.json")
+    text = refusal(sessions)
+    assert "pass one of them" not in text
+    assert "is inference-perf's output directory holding reports per session " \
+        "(per_session_lifecycle_metrics.json), no per-request file: they are its session " \
+        "reports" in text and text.endswith("writes per_request_lifecycle_metrics.json"), text
+    adapters = tmp_path / "adapters"
+    adapters.mkdir()
+    shutil.copy(FIXTURES / "inference-perf-0.7.0" / "summary_lifecycle_metrics.json",
+                adapters / "adapter_lora-a_lifecycle_metrics.json")
+    text = refusal(adapters)
+    assert "is inference-perf's output directory holding aggregates only " \
+        "(adapter_lora-a_lifecycle_metrics.json)" in text, text
+    assert "report.request_lifecycle.per_request: true" in text

@@ -1,0 +1,102 @@
+"""Whether a run's engine kept up with the load it was offered, from the run's own records.
+
+``kvbudget simulate`` on a trace printed its figures without relating the load to what the
+simulated GPU sustains: a reader could not tell whether 5.5 req/s overloads it. Finding the
+largest rate that meets the SLO takes a search of many runs (``kvbudget capacity``); whether
+this load is past what the engine absorbs shows in the one run already made: below capacity
+the requests in the system (arrived, not yet finished) stay about level while requests arrive,
+past it they pile up, the engine finishing fewer than arrive (Little's law: a stable queue's
+backlog averages arrival rate x time in the system, whatever the time). :func:`load_said`
+compares the backlog at the arrival window's midpoint with the backlog at the last arrival,
+and counts the requests a gateway shed (refused as overloaded, expired waiting, dropped after
+preemption) where it kept its backlog level by turning requests away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvbudget.results.said import fill
+from kvbudget.workloads.arrival_rate import mean_arrival_rate
+
+__all__ = ["Backlog", "backlog", "load_said"]
+
+SHED = ("rejected_overloaded", "expired", "preempted_dropped", "client_timeout")
+"""Statuses of requests a run did not serve for want of capacity (a too-large request is
+refused whatever the load, and is not counted)."""
+NOISE_SIGMAS = 3.0
+"""A backlog grew where it rose by more than this many standard deviations of a Poisson count
+of its midpoint size (a stable queue's backlog varies about that much between two instants)."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The requests in the system (arrived and not finished) at the arrival window's midpoint
+    and at its last arrival, and the requests shed, of a run's records."""
+
+    at_mid: int
+    at_end: int
+    num_shed: int
+    num_offered: int
+
+    @property
+    def grew(self) -> bool:
+        """Whether the backlog rose by more than :data:`NOISE_SIGMAS` Poisson deviations."""
+        return self.at_end - self.at_mid > NOISE_SIGMAS * math.sqrt(max(self.at_mid, 1))
+
+
+def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
+    """The :class:`Backlog` of a run's record columns (``arrival_s``, ``finished_s``,
+    ``status``); None below two arrivals or where they all came at once."""
+    arrival = np.asarray(record_columns["arrival_s"], dtype=float)
+    if len(arrival) < 2 or not arrival.max() > arrival.min():
+        return None
+    finished = np.asarray(record_columns["finished_s"], dtype=float)
+    status = np.asarray(record_columns["status"]).astype(str)
+    first, last = float(arrival.min()), float(arrival.max())
+
+    def in_system(t: float) -> int:  # arrived by t and not finished by t (NaN: never)
+        return int(np.sum((arrival <= t) & ~(finished <= t)))
+
+    return Backlog(in_system((first + last) / 2), in_system(last),
+                   int(np.isin(status, SHED).sum()), len(arrival))
+
+
+def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    """``load: R req/s offered; ...``: the offered rate (over the arrival window, first to
+    last arrival), the backlog at the window's midpoint and at its last arrival, the drain
+    after it, the requests shed, and what they say: the GPU kept up, or this load is past what
+    it sustains (the largest rate that meets the SLO is ``kvbudget capacity``'s search). ``""``
+    for a closed loop (its users wait for their answers: the load follows the engine) or
+    without a window."""
+    if summary.get("closed_loop"):
+        return ""
+    b = backlog(record_columns)
+    rate = mean_arrival_rate(int(summary["overall"]["offered"]),
+                             float(summary.get("offered_window_s") or 0.0))
+    if b is None or rate is None:
+        return ""
+    drain = summary.get("drain_s")
+    drained = f", the last finish {drain:,.1f} s after it" if isinstance(drain, float) else ""
+    head = (f"load: {rate:.3g} req/s offered (over the arrival window, first to last arrival); "
+            f"requests in the system (arrived, not finished): {b.at_mid:,} at the window's "
+            f"midpoint, {b.at_end:,} at the last arrival{drained}")
+    shed = (f"; {b.num_shed:,} of {b.num_offered:,} ({b.num_shed / b.num_offered:.0%}) shed "
+            "(refused as overloaded, expired or dropped)") if b.num_shed else ""
+    if b.grew:
+        verdict = ("the backlog grew: requests arrived faster than they finished, so this load "
+                   "is past what the simulated deployment sustains under this policy")
+    elif b.num_shed:
+        verdict = ("the backlog stayed level by turning requests away: this load is past what "
+                   "the simulated deployment serves under this policy within the tiers' "
+                   "deadlines")
+    else:
+        verdict = ("the backlog stayed level: the simulated deployment kept up with this load "
+                   "under this policy")
+    return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity, with "
+                "the same options and --out DIR, finds the largest rate that meets the SLO)")

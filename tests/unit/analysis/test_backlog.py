@@ -1,0 +1,64 @@
+"""Whether a run kept up with its load, from its own records (analysis/backlog.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvbudget.analysis.backlog import Backlog, backlog, load_said
+
+
+def columns(arrival: list[float], finished: list[float], status: list[str] | None = None
+            ) -> dict[str, object]:
+    return {"arrival_s": np.array(arrival), "finished_s": np.array(finished),
+            "status": np.array(status or ["completed"] * len(arrival))}
+
+
+def summary(cols: dict[str, object], drain_s: float) -> dict[str, object]:
+    arrival = np.asarray(cols["arrival_s"])
+    return {"overall": {"offered": len(arrival)}, "drain_s": drain_s,
+            "offered_window_s": float(arrival.max() - arrival.min())}
+
+
+def test_a_level_backlog_kept_up_and_a_growing_one_did_not() -> None:
+    arrival = [float(k) for k in range(101)]  # 1 req/s over 100 s: 100 gaps
+    # each served in 2 s: two in the system at any time
+    kept = columns(arrival, [a + 2.5 for a in arrival])
+    assert backlog(kept) == Backlog(at_mid=3, at_end=3, num_shed=0, num_offered=101)
+    said = load_said(kept, summary(kept, 2.5)).replace("\n  ", " ")
+    assert said.startswith("load: 1 req/s offered (over the arrival window, first to last "
+                           "arrival)")  # (n - 1) / span: the library's offered rate
+    assert "3 at the window's midpoint, 3 at the last arrival, the last finish 2.5 s after " \
+        "it: the backlog stayed level: the simulated deployment kept up" in said
+    # served one every 2 s, in order: the queue grows by half a request a second
+    behind = columns(arrival, [2.0 * (k + 1) for k in range(101)])
+    b = backlog(behind)
+    assert b is not None and (b.at_mid, b.at_end) == (26, 51) and b.grew
+    said = load_said(behind, summary(behind, 102.0)).replace("\n  ", " ")
+    assert "the backlog grew: requests arrived faster than they finished, so this load is " \
+        "past what the simulated deployment sustains" in said
+
+
+def test_a_gateway_that_turns_requests_away_is_not_said_to_keep_up() -> None:
+    arrival = [float(k) for k in range(101)]
+    status = ["rejected_overloaded" if k % 2 else "completed" for k in range(101)]
+    cols = columns(arrival, [a + (0.0 if s != "completed" else 2.5)
+                             for a, s in zip(arrival, status, strict=True)], status)
+    said = load_said(cols, summary(cols, 2.5)).replace("\n  ", " ")
+    assert "50 of 101 (50%) shed (refused as overloaded, expired or dropped): the backlog " \
+        "stayed level by turning requests away" in said
+    assert "kept up" not in said
+
+
+def test_noise_is_not_growth() -> None:
+    # a backlog of 100 that rises by 29 is within 3 Poisson deviations (30): level
+    assert not Backlog(100, 129, 0, 1000).grew and Backlog(100, 131, 0, 1000).grew
+    assert math.isclose(3 * math.sqrt(100), 30)
+
+
+def test_nothing_to_say_for_a_closed_loop_or_one_instant() -> None:
+    cols = columns([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])
+    assert load_said(cols, {**summary(cols, 1.0), "closed_loop": {"num_users": 2}}) == ""
+    at_once = columns([0.0, 0.0], [1.0, 2.0])
+    assert backlog(at_once) is None and load_said(at_once, summary(at_once, 2.0)) == ""
