@@ -9,7 +9,10 @@ past it they pile up, the engine finishing fewer than arrive (Little's law: a st
 backlog averages arrival rate x time in the system, whatever the time). :func:`load_said`
 compares the backlog at the arrival window's midpoint with the backlog at the last arrival,
 and counts the requests a gateway shed (refused as overloaded, expired waiting, dropped after
-preemption) where it kept its backlog level by turning requests away.
+preemption) where it kept its backlog level by turning requests away. The backlog of a queue
+that keeps up also rises while its arrival rate rises (a higher rate's queue settling) and
+falls with it, so where the arrivals of the window's two halves differ by more than Poisson
+noise the verdict says so rather than judge the load from the backlog alone.
 """
 
 from __future__ import annotations
@@ -43,11 +46,23 @@ class Backlog:
     at_end: int
     num_shed: int
     num_offered: int
+    halves: tuple[int, int] = (0, 0)
+    """The arrivals in the first and second half of the arrival window."""
 
     @property
     def grew(self) -> bool:
         """Whether the backlog rose by more than :data:`NOISE_SIGMAS` Poisson deviations."""
         return self.at_end - self.at_mid > NOISE_SIGMAS * math.sqrt(max(self.at_mid, 1))
+
+    @property
+    def rate_moved(self) -> int:
+        """+1 where the second half's arrivals exceed the first's by more than
+        :data:`NOISE_SIGMAS` Poisson deviations of their sum, -1 where they fall short so, else
+        0."""
+        first, second = self.halves
+        if abs(second - first) <= NOISE_SIGMAS * math.sqrt(max(first + second, 1)):
+            return 0
+        return 1 if second > first else -1
 
 
 def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
@@ -63,8 +78,10 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     def in_system(t: float) -> int:  # arrived by t and not finished by t (NaN: never)
         return int(np.sum((arrival <= t) & ~(finished <= t)))
 
-    return Backlog(in_system((first + last) / 2), in_system(last),
-                   int(np.isin(status, SHED).sum()), len(arrival))
+    mid = (first + last) / 2
+    num_first = int(np.sum(arrival < mid))
+    return Backlog(in_system(mid), in_system(last), int(np.isin(status, SHED).sum()),
+                   len(arrival), (num_first, len(arrival) - num_first))
 
 
 def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
@@ -98,5 +115,13 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> 
     else:
         verdict = ("the backlog stayed level: the simulated deployment kept up with this load "
                    "under this policy")
+    moved = b.rate_moved
+    if moved:
+        n1, n2 = b.halves
+        verdict += (f"; but the arrivals {'rose' if moved > 0 else 'fell'} over the window ("
+                    f"{n1:,} in its first half, {n2:,} in its second), and a queue's backlog "
+                    "follows its rate even where it keeps up, so this is "
+                    + ("not a verdict on the higher rate alone" if moved > 0 else
+                       "no verdict on the first half's higher rate"))
     return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity, with "
                 "the same options and --out DIR, finds the largest rate that meets the SLO)")

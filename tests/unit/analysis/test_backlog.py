@@ -25,7 +25,8 @@ def test_a_level_backlog_kept_up_and_a_growing_one_did_not() -> None:
     arrival = [float(k) for k in range(101)]  # 1 req/s over 100 s: 100 gaps
     # each served in 2 s: two in the system at any time
     kept = columns(arrival, [a + 2.5 for a in arrival])
-    assert backlog(kept) == Backlog(at_mid=3, at_end=3, num_shed=0, num_offered=101)
+    assert backlog(kept) == Backlog(at_mid=3, at_end=3, num_shed=0, num_offered=101,
+                                   halves=(50, 51))
     said = load_said(kept, summary(kept, 2.5)).replace("\n  ", " ")
     assert said.startswith("load: 1 req/s offered (over the arrival window, first to last "
                            "arrival)")  # (n - 1) / span: the library's offered rate
@@ -62,3 +63,26 @@ def test_nothing_to_say_for_a_closed_loop_or_one_instant() -> None:
     assert load_said(cols, {**summary(cols, 1.0), "closed_loop": {"num_users": 2}}) == ""
     at_once = columns([0.0, 0.0], [1.0, 2.0])
     assert backlog(at_once) is None and load_said(at_once, summary(at_once, 2.0)) == ""
+
+
+def test_a_rate_that_moves_over_the_window_is_said_beside_the_verdict() -> None:
+    # 1 req/s for 100 s, then 3 req/s for 100 s, each served in 5 s: the engine keeps up,
+    # yet the backlog at the last arrival is three times the midpoint's (5 -> 15, beyond
+    # noise: "grew"); that growth is the higher rate's queue settling, not overload, and the
+    # verdict must not stand alone
+    arrival = [float(k) for k in range(100)] + [100.0 + k / 3 for k in range(301)]
+    cols = columns(arrival, [a + 5.0 for a in arrival])
+    b = backlog(cols)
+    assert b is not None and b.halves == (100, 301) and b.rate_moved == 1 and b.grew
+    said = load_said(cols, summary(cols, 5.0)).replace("\n  ", " ")
+    assert ("but the arrivals rose over the window (100 in its first half, 301 in its "
+            "second), and a queue's backlog follows its rate even where it keeps up") in said
+    # a steady rate says no more than before
+    steady = columns([float(k) for k in range(101)], [k + 2.5 for k in range(101)])
+    assert backlog(steady).rate_moved == 0  # type: ignore[union-attr]
+    assert "arrivals rose" not in load_said(steady, summary(steady, 2.5))
+    # a rate that falls: the first half's load is not judged by the level backlog
+    falling = list(reversed([200.0 - a for a in arrival]))
+    cols = columns(falling, [a + 2.5 for a in falling])
+    said = load_said(cols, summary(cols, 2.5)).replace("\n  ", " ")
+    assert "the arrivals fell over the window" in said and "no verdict on the first half" in said
