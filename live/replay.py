@@ -51,7 +51,7 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
-from kvbudget.live.replay_turns import HISTORY_SAID, TurnUsers
+from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said
 from kvbudget.live.run_dir import (
     TOKEN_GAPS_KEY,
     RunDir,
@@ -278,6 +278,10 @@ class _Replay:
         self.tasks: set[asyncio.Task[None]] = set()
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
         self.turn_users: TurnUsers | None = None  # a closed loop of conversations
+        # a later turn whose prompt begins with the turn before's: row -> that turn's row
+        loop = config.closed_loop
+        self.history = {} if loop is None or loop.conversations is None else history_of(
+            workload, loop.conversations)
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -643,8 +647,7 @@ class _Replay:
         assert self.client is not None
         req = st.request
         max_tokens, min_tokens = self.sends.get(st.index, (st.true_output_tokens, None))
-        prompt = prompt_token_ids(int(self.workload.request_id[st.index]), req.prompt_tokens,
-                                  self.config.seed, self.config.token_ids)
+        prompt = self._prompt(st.index, req.prompt_tokens)
 
         def on_chunk(tokens: int) -> None:
             if st.generation == generation:
@@ -681,6 +684,20 @@ class _Replay:
         self._ended(st, now, answer, reason, result.retry_after_s, *_recorded(result, reason),
                     result=result)
         self._apply(actions, now)
+
+    def _prompt(self, i: int, length: int) -> list[int]:
+        """Row ``i``'s prompt of ``length`` ids: its own (:func:`prompt_token_ids`), after the
+        prompt of its turn before where it holds it (:attr:`history`)."""
+        chain = [i]  # the row and its turns before, back to the first that holds none
+        while chain[-1] in self.history:
+            chain.append(self.history[chain[-1]])
+        prompt: list[int] = []
+        for row in reversed(chain):
+            size = length if row == i else int(self.workload.prompt_tokens[row])
+            prompt = prompt[:size] + prompt_token_ids(
+                int(self.workload.request_id[row]), size - min(size, len(prompt)),
+                self.config.seed, self.config.token_ids)
+        return prompt
 
     # --- records ------------------------------------------------------------------------------
     def _record(self, st: _State, status: str, reason: str, *,
@@ -889,7 +906,7 @@ def conversations_said(workload: Workload, config: ReplayConfig, run_dir: RunDir
     if problem:
         run_dir.close()
         raise ValueError(problem)
-    return (HISTORY_SAID.format(n=turns.num_later_turns),)
+    return (turns_said(turns.num_later_turns, len(history_of(workload, turns))),)
 
 
 def gateway_capacity(config: ReplayConfig, info: ServerInfo) -> int:

@@ -20,17 +20,50 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads import Workload
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 from kvbudget.workloads.turn_order import TurnOrder
 
-HISTORY_SAID = (
-    "{n} requests are later turns of conversations, each sent only after the turn before it "
-    "returned and its delay passed (the order the simulator's users send them in); each turn's "
-    "prompt is its recorded length in token ids of its own, not the conversation so far: the "
-    "server's prefix cache serves none of a turn's history, where the real run's server (and "
-    "a simulation with prefix caching, which shares the turn before's prompt blocks) could, so "
-    "the replay's TTFT of later turns is too high by that prefill")
-"""Said in a replay's ``assumed`` when it sent conversations (``{n}``: the later turns)."""
+
+def history_of(workload: Workload, turns: Conversations) -> dict[int, int]:
+    """``{row: its turn before}`` for the later turns whose prompt begins with the whole prompt
+    of the turn before, as the workload's prefix hashes say: the row's hashes begin with all
+    of the turn before's, which name each of its prompt's whole blocks (a recording's
+    conversation so far, ``results/recorded_guidellm_turns.py`` ``conversation_prefix``,
+    which the simulator's prefix cache shares). Other later turns share nothing."""
+    if workload.prefix_hashes is None:
+        return {}
+    block = workload.prefix_block_tokens
+    prompt = workload.prompt_tokens
+    history = {}
+    for row, before in enumerate(turns.previous):
+        if before < 0:
+            continue
+        mine, theirs = workload.prefix_of(row), workload.prefix_of(before)
+        if (theirs and len(theirs) == int(prompt[before]) // block
+                and mine[:len(theirs)] == theirs and prompt[row] >= prompt[before]):
+            history[row] = before
+    return history
+
+
+def turns_said(num_later: int, num_history: int) -> str:
+    """What a replay of conversations assumed: how it sent ``num_later`` later turns, of which
+    ``num_history`` began with the turn before's prompt (:func:`history_of`)."""
+    head = (f"{num_later} requests are later turns of conversations, each sent only after the "
+            "turn before it returned and its delay passed (in the order the simulator's users "
+            "send them)")
+    if num_history == num_later:
+        return (f"{head}; each turn's prompt (its recorded length, in token ids) begins with "
+                "the prompt of the turn before, as the simulation shares its blocks, but not "
+                "with that turn's answer (the server's own text, not sent back): the server's "
+                "prefix cache serves the earlier prompts, not the earlier answers")
+    shared = (f"; {num_history} of them begin with the prompt of the turn before (as the "
+              "simulation shares its blocks), not with that turn's answer" if num_history
+              else "")
+    return (f"{head}{shared}; {num_later - num_history} of them: each its recorded length in "
+            "token ids of its own, not the conversation so far (the workload's prefix hashes do "
+            "not say it holds it), so the server's prefix cache serves none of its history, "
+            "where the real run's server could: their TTFT is too high by that prefill")
 
 
 class TurnUsers:

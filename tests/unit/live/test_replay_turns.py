@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvbudget.live.openai_client import ServerTarget
-from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
+from kvbudget.live.replay import ReplayConfig, ReplayMeta, prompt_token_ids, replay
 from kvbudget.live.replay_turns import TurnUsers
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.recorded_guidellm_turns import conversation_prefix
 from kvbudget.workloads import Workload, from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 from kvbudget.workloads.turn_order import TurnOrder
@@ -103,7 +105,8 @@ def test_later_turns_wait_for_their_turn_before_and_go_in_turn_orders_order(
             open_at.append(int(((arrival <= t) & (finished > t)).sum()))
     assert max(open_at) <= num_users
     assumed = out.summary["assumed"]
-    assert any("6 requests are later turns of conversations" in a for a in assumed)
+    assert any("6 requests are later turns of conversations" in a and "6 of them: each its "
+               "recorded length in token ids of its own" in a for a in assumed)
 
 
 def _conversations() -> list[int]:
@@ -116,6 +119,45 @@ def _rows_of(first: int) -> list[int]:
     while (nxt := PREVIOUS.index(rows[-1]) if rows[-1] in PREVIOUS else -1) >= 0:
         rows.append(nxt)
     return rows
+
+
+def test_a_later_turn_sends_the_turn_befores_prompt_where_the_prefix_hashes_say_so(
+        fake: Fake, tmp_path: Path) -> None:  # noqa: F811
+    # the conversation so far, as a GuideLLM or AIPerf recording gives it: each later turn's
+    # prompt holds the one before, its hashes naming the turn before's whole 16-token blocks;
+    # d's second turn (row 8) is shorter than its first, so its history is not said
+    fake.state.token_s = 0.001
+    prompt = [16 + 8 * i for i in range(len(PREVIOUS))]
+    prompt[8] = 20
+    conv = {r: c for c in _conversations() for r in _rows_of(c)}
+    index = {r: _rows_of(conv[r]).index(r) for r in conv}
+    shared = conversation_prefix([(str(conv[r]), index[r]) for r in range(len(PREVIOUS))],
+                                 prompt)
+    assert shared is not None and shared.hashes is not None
+    w = from_columns([0.0] * len(PREVIOUS), prompt, list(OUTPUT), tiers=["batch"] * len(prompt))
+    w = replace(w, prefix_hashes=shared.hashes[0], prefix_offsets=shared.hashes[1],
+                prefix_block_tokens=16)
+    loop = ClosedLoop(2, conversations=Conversations(PREVIOUS, DELAY_S))
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete
+    sent = {len(b["prompt"]): b["prompt"] for b in fake.state.bodies}
+    assert sorted(sent) == sorted(prompt)  # each row once, at its recorded length
+    for row, before in enumerate(PREVIOUS):
+        mine = sent[prompt[row]]
+        if before < 0 or row == 8:  # its own ids
+            assert mine == prompt_token_ids(row, prompt[row], 0, config.token_ids)
+        else:  # the turn before's whole prompt, then ids of its own
+            head = sent[prompt[before]]
+            assert mine[:len(head)] == head
+            assert mine[len(head):] == prompt_token_ids(row, prompt[row] - len(head), 0,
+                                                        config.token_ids)
+    assert any("5 of them begin with the prompt of the turn before" in a and
+               "1 of them: each its recorded length in token ids of its own" in a
+               for a in out.summary["assumed"])
 
 
 def test_a_replay_of_conversations_is_not_resumed(fake: Fake, tmp_path: Path) -> None:  # noqa: F811
