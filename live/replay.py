@@ -254,6 +254,22 @@ def prompt_token_ids(request_id: int, length: int, seed: int, token_ids: tuple[i
     return [int(x) for x in rng.integers(token_ids[0], token_ids[1], size=length)]
 
 
+def turn_prompt(workload: Workload, history: Mapping[int, int], i: int, length: int, seed: int,
+                token_ids: tuple[int, int]) -> list[int]:
+    """Row ``i``'s prompt of ``length`` ids: its own (:func:`prompt_token_ids`), after the
+    prompt of its turn before where ``history`` says it holds it
+    (:func:`~kvbudget.live.replay_turns.history_of`)."""
+    chain = [i]  # the row and its turns before, back to the first that holds none
+    while chain[-1] in history:
+        chain.append(history[chain[-1]])
+    prompt: list[int] = []
+    for row in reversed(chain):
+        size = length if row == i else int(workload.prompt_tokens[row])
+        prompt = prompt[:size] + prompt_token_ids(int(workload.request_id[row]),
+                                                  size - min(size, len(prompt)), seed, token_ids)
+    return prompt
+
+
 class _Replay:
     def __init__(self, workload: Workload, policy: Policy, config: ReplayConfig, run_dir: RunDir,
                  on_record: Callable[[Mapping[str, Any]], None] | None) -> None:
@@ -647,7 +663,8 @@ class _Replay:
         assert self.client is not None
         req = st.request
         max_tokens, min_tokens = self.sends.get(st.index, (st.true_output_tokens, None))
-        prompt = self._prompt(st.index, req.prompt_tokens)
+        prompt = turn_prompt(self.workload, self.history, st.index, req.prompt_tokens,
+                             self.config.seed, self.config.token_ids)
 
         def on_chunk(tokens: int) -> None:
             if st.generation == generation:
@@ -684,20 +701,6 @@ class _Replay:
         self._ended(st, now, answer, reason, result.retry_after_s, *_recorded(result, reason),
                     result=result)
         self._apply(actions, now)
-
-    def _prompt(self, i: int, length: int) -> list[int]:
-        """Row ``i``'s prompt of ``length`` ids: its own (:func:`prompt_token_ids`), after the
-        prompt of its turn before where it holds it (:attr:`history`)."""
-        chain = [i]  # the row and its turns before, back to the first that holds none
-        while chain[-1] in self.history:
-            chain.append(self.history[chain[-1]])
-        prompt: list[int] = []
-        for row in reversed(chain):
-            size = length if row == i else int(self.workload.prompt_tokens[row])
-            prompt = prompt[:size] + prompt_token_ids(
-                int(self.workload.request_id[row]), size - min(size, len(prompt)),
-                self.config.seed, self.config.token_ids)
-        return prompt
 
     # --- records ------------------------------------------------------------------------------
     def _record(self, st: _State, status: str, reason: str, *,
