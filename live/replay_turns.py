@@ -53,8 +53,8 @@ def turns_said(num_later: int, num_history: int) -> str:
             "turn before it returned and its delay passed (in the order the simulator's users "
             "send them)")
     if num_history == num_later:
-        return (f"{head}; each turn's prompt (its recorded length, in token ids) begins with "
-                "the prompt of the turn before, as the simulation shares its blocks, but not "
+        return (f"{head}; each later turn's prompt (its recorded length, in token ids) begins "
+                "with the prompt of the turn before, as the simulation shares its blocks, but not "
                 "with that turn's answer (the server's own text, not sent back): the server's "
                 "prefix cache serves the earlier prompts, not the earlier answers")
     shared = (f"; {num_history} of them begin with the prompt of the turn before (as the "
