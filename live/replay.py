@@ -51,6 +51,7 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
+from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said
 from kvbudget.live.run_dir import (
     TOKEN_GAPS_KEY,
     RunDir,
@@ -131,7 +132,9 @@ class ReplayConfig:
     (a tier not named has ``no-retry``; none at all replays as before client models).
     ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
-    capped, time-limited or conversational loop is refused (simulated, not replayed).
+    capped or time-limited loop is refused (simulated, not replayed); a loop of conversations
+    (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
+    (:mod:`kvbudget.live.replay_turns`), and is not resumed.
     """
 
     target: ServerTarget
@@ -175,11 +178,6 @@ class ReplayConfig:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
                              "time-limited loop is simulated, not replayed")
-        if self.closed_loop is not None and self.closed_loop.conversations is not None:
-            # its users take the requests in order and never wait for a turn's previous one
-            raise ValueError("closed_loop: the live replay sends no conversations (a later "
-                             "turn waiting for the one before it): a recording of "
-                             "conversations is simulated, not replayed")
 
 
 @dataclass(eq=False)
@@ -256,6 +254,22 @@ def prompt_token_ids(request_id: int, length: int, seed: int, token_ids: tuple[i
     return [int(x) for x in rng.integers(token_ids[0], token_ids[1], size=length)]
 
 
+def turn_prompt(workload: Workload, history: Mapping[int, int], i: int, length: int, seed: int,
+                token_ids: tuple[int, int]) -> list[int]:
+    """Row ``i``'s prompt of ``length`` ids: its own (:func:`prompt_token_ids`), after the
+    prompt of its turn before where ``history`` says it holds it
+    (:func:`~kvbudget.live.replay_turns.history_of`)."""
+    chain = [i]  # the row and its turns before, back to the first that holds none
+    while chain[-1] in history:
+        chain.append(history[chain[-1]])
+    prompt: list[int] = []
+    for row in reversed(chain):
+        size = length if row == i else int(workload.prompt_tokens[row])
+        prompt = prompt[:size] + prompt_token_ids(int(workload.request_id[row]),
+                                                  size - min(size, len(prompt)), seed, token_ids)
+    return prompt
+
+
 class _Replay:
     def __init__(self, workload: Workload, policy: Policy, config: ReplayConfig, run_dir: RunDir,
                  on_record: Callable[[Mapping[str, Any]], None] | None) -> None:
@@ -279,6 +293,11 @@ class _Replay:
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
+        self.turn_users: TurnUsers | None = None  # a closed loop of conversations
+        # a later turn whose prompt begins with the turn before's: row -> that turn's row
+        loop = config.closed_loop
+        self.history = {} if loop is None or loop.conversations is None else history_of(
+            workload, loop.conversations)
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -378,8 +397,18 @@ class _Replay:
     async def _closed_loop(self, loop: ClosedLoop) -> None:
         """``num_users`` users, each sending the next request of the trace a think time after
         its last one ended (its record written)."""
-        rows = iter(self.todo)
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, CLOSED_LOOP_TAG]))
+        if loop.conversations is not None:  # TurnOrder says which row a user sends next
+            self.turn_users = TurnUsers(loop, len(self.workload), clock=self.now,
+                                        send=self._arrive, rng=rng)
+            try:
+                await self.turn_users.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must stop the run loudly, not hang it
+                self._stop(f"internal error in the closed loop: {exc!r}")
+            return
+        rows = iter(self.todo)
 
         async def user() -> None:
             for i in rows:  # one shared iterator: each request goes to one user
@@ -634,8 +663,8 @@ class _Replay:
         assert self.client is not None
         req = st.request
         max_tokens, min_tokens = self.sends.get(st.index, (st.true_output_tokens, None))
-        prompt = prompt_token_ids(int(self.workload.request_id[st.index]), req.prompt_tokens,
-                                  self.config.seed, self.config.token_ids)
+        prompt = turn_prompt(self.workload, self.history, st.index, req.prompt_tokens,
+                             self.config.seed, self.config.token_ids)
 
         def on_chunk(tokens: int) -> None:
             if st.generation == generation:
@@ -723,6 +752,8 @@ class _Replay:
         done = self.done_events.get(i)
         if done is not None:
             done.set()
+        if self.turn_users is not None:  # its user sees it end now
+            self.turn_users.ended(i, self.now())
         if self.on_record is not None:
             self.on_record(row)
         if not self.pending:
@@ -838,6 +869,7 @@ async def replay_async(
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
                                "kv_capacity_given": config.capacity_tokens is not None,
                                "server": info.facts()}, resume=resume)
+    said = conversations_said(workload, config, run_dir)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)
     try:
@@ -849,11 +881,35 @@ async def replay_async(
                            seed=config.seed, wall_time_s=time.perf_counter() - wall,
                            num_requests=len(workload),
                            context=(workload, info.max_model_len),
-                           num_kv_unknown=rep.num_kv_unknown)
+                           num_kv_unknown=rep.num_kv_unknown, assumed=said)
     outcome.error = rep.fatal
     outcome.complete = not rep.fatal and len(outcome.records) == len(workload)
     outcome.num_replayed = rep.num_written
     return outcome
+
+
+def conversations_said(workload: Workload, config: ReplayConfig, run_dir: RunDir
+                       ) -> tuple[str, ...]:
+    """What a replay of conversations assumes (:data:`~kvbudget.live.replay_turns.
+    HISTORY_SAID`), else ``()``. Raises ``ValueError`` (``run_dir`` closed) for conversations
+    not of the workload's rows, or a resumed one: its users would send a later turn whose
+    turn before ended in another session without waiting for it."""
+    loop = config.closed_loop
+    if loop is None or loop.conversations is None:
+        return ()
+    turns = loop.conversations
+    problem = ""
+    if len(turns.previous) != len(workload):
+        problem = (f"closed_loop.conversations: {len(turns.previous)} rows for a workload of "
+                   f"{len(workload)}")
+    elif run_dir.done:
+        problem = ("closed_loop.conversations: a replay of conversations is not resumed (a "
+                   "later turn would go without its turn before, which ended in the run "
+                   "resumed): replay it again into a new directory")
+    if problem:
+        run_dir.close()
+        raise ValueError(problem)
+    return (turns_said(turns.num_later_turns, len(history_of(workload, turns))),)
 
 
 def gateway_capacity(config: ReplayConfig, info: ServerInfo) -> int:
@@ -878,12 +934,14 @@ def finalize(
     num_requests: int,
     context: tuple[Workload, int | None] | None = None,
     num_kv_unknown: int = 0,
+    assumed: Sequence[str] = (),
 ) -> ReplayOutcome:
     """Write ``requests.parquet``, ``timeline.parquet`` and ``summary.json`` from the part files
     (everything finished so far, across resumed runs). ``context``: the workload replayed and
     the server's ``max_model_len``, for the line on the outputs it cut (``said``);
     ``num_kv_unknown``: this session's timeline rows whose KV in use the server's ``/metrics``
-    did not tell (written as 0, said in ``assumed``, as ``kvbudget serve`` says it)."""
+    did not tell (written as 0, said in ``assumed``, as ``kvbudget serve`` says it);
+    ``assumed``: more lines for it (how conversations were sent)."""
     records, timeline = read_parts(out_dir)
     attempts = attempts_frame(out_dir)
     gaps = token_gaps_of_parts(out_dir)
@@ -903,7 +961,7 @@ def finalize(
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
             **_cut_said(records, context),
-            **_assumed(records, num_kv_unknown),
+            **_assumed(records, num_kv_unknown, assumed),
         },
     )
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
@@ -930,10 +988,12 @@ def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
     return {"said": [context_cut(f"max_model_len {limit:,} (the server's)", num_cut)]}
 
 
-def _assumed(records: pd.DataFrame, num_kv_unknown: int) -> dict[str, Any]:
+def _assumed(records: pd.DataFrame, num_kv_unknown: int, more: Sequence[str] = ()
+             ) -> dict[str, Any]:
     """``{"assumed": [lines]}``: the timeline rows whose KV in use ``/metrics`` did not tell,
     and the server's refusals for the model's context in the words of an engine whose rules
-    are not vLLM's (``results.recorded_refusals.engine_rules_said``), else ``{}``."""
+    are not vLLM's (``results.recorded_refusals.engine_rules_said``), and ``more``, else
+    ``{}``."""
     lines = [kv_used_unknown_said(num_kv_unknown, "the server's /metrics")] if (
         num_kv_unknown) else []
     if len(records) and "error" in records:
@@ -941,6 +1001,7 @@ def _assumed(records: pd.DataFrame, num_kv_unknown: int) -> dict[str, Any]:
         rules = engine_rules_said(str(e) for e in refused.tolist())
         if rules:
             lines.append(rules)
+    lines.extend(more)
     return {"assumed": lines} if lines else {}
 
 

@@ -17,8 +17,8 @@ import simpy
 
 from kvbudget.policies import Request
 from kvbudget.simulator.alarm import UrgentTimeout
-from kvbudget.simulator.turn_order import TurnOrder
 from kvbudget.workloads import Workload
+from kvbudget.workloads.turn_order import TurnOrder
 
 if TYPE_CHECKING:
     from kvbudget.workloads.closed_loop import ClosedLoop
@@ -109,7 +109,7 @@ class ClosedLoopUsers:
     :meth:`arrivals` as its arrival process and calls :meth:`user_free` when a request ends.
     The requests are sent in the workload's order, unless the loop has conversations
     (``ClosedLoop.conversations``): then a later turn goes only after the turn before it
-    ended, and :attr:`turns` (:class:`~kvbudget.simulator.turn_order.TurnOrder`) says which
+    ended, and :attr:`turns` (:class:`~kvbudget.workloads.turn_order.TurnOrder`) says which
     request a free user sends; a user holding its conversation (``Conversations.held``) is
     not free until its last turn ended, and sends each later turn when it is ready.
     """

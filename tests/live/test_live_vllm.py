@@ -32,9 +32,15 @@ from livevllm import (
 )
 
 from kvbudget.analysis.whole_answer import whole_answer_rows_of_run
+from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
+from kvbudget.live.replay_turns import TurnUsers
+from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.run_result import read_run
+from kvbudget.studies.recorded_replay import stage_plans
+from tests.unit.live.test_replay_turns import reference_order
 
 pytestmark = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
@@ -279,6 +285,53 @@ def test_closed_loop_replay_of_64_users(vllm_server: VllmServer, tmp_path: Path)
         itl = run.summary["tiers"][tier]["itl_s"]
         assert itl["p50"] is not None and itl["p50"] <= itl["p99"]
     assert run.summary["overall"]["itl_s"]["mean"] is not None
+
+
+@pytest.mark.parametrize("fixture", ["guidellm-0.8.1/turns3_concurrent2.json",
+                                     "aiperf-0.13.0/multiturn3_delay300_concurrency2.jsonl"])
+def test_a_recordings_conversations_replayed_live(vllm_server: VllmServer, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  fixture: str) -> None:
+    """A load tool's multi-turn recording (GuideLLM's 2 streams, AIPerf's 2 session slots,
+    4 conversations of 3 turns) sent to the server as its closed loop sent it: each later turn
+    after the turn before returned and its recorded delay passed, in TurnOrder's order for the
+    ends the replay saw. The mechanics only, never accuracy or wall time."""
+    rec = read_recording(REPO / "tests" / "fixtures" / "recordings" / fixture)
+    plans = stage_plans(rec)
+    assert plans is not None and len(plans) == 1 and plans[0].loop is not None
+    loop = plans[0].loop
+    turns = loop.conversations
+    assert turns is not None and turns.num_later_turns == 8
+    seen: dict[int, float] = {}  # row -> when the replay's users saw it end
+    ended = TurnUsers.ended
+
+    def spy(self: TurnUsers, row: int, t: float) -> None:
+        seen[row] = t
+        ended(self, row, t)
+
+    monkeypatch.setattr(TurnUsers, "ended", spy)
+    config = ReplayConfig(ServerTarget(vllm_server.url), tiers=(INTERACTIVE, BATCH),
+                          poll_period_s=0.2, closed_loop=loop)
+    meta = ReplayMeta(trace=fixture, policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=vllm_server.url)
+    out = tmp_path / "run"
+    outcome = replay(rec.workload, make_policy("unlimited"), config, out, meta=meta)
+    assert outcome.complete and not outcome.error
+    run = read_run(out)  # the run's records, read back
+    rows = run.records.set_index("request_id").loc[rec.workload.request_id.tolist()]
+    assert (rows["status"] == "completed").all(), rows[["status", "error"]]
+    arrival, finished = rows["arrival_s"].to_numpy(), rows["finished_s"].to_numpy()
+    for i, p in enumerate(turns.previous):
+        if p >= 0:
+            assert arrival[i] >= finished[p] + turns.delay_s[i]
+    sent = sorted(range(len(arrival)), key=lambda i: arrival[i])
+    assert sent == reference_order(turns, loop.num_users, loop.think_time_s, seen)
+    if not turns.held:
+        assert max(int(((arrival <= t) & (finished > t)).sum()) for t in arrival) <= 2
+    said = run.summary["assumed"]
+    assert any("8 requests are later turns of conversations" in a and "each later turn's prompt "
+               "(its recorded length, in token ids) begins with the prompt of the turn before"
+               in a for a in said), said
 
 
 @pytest.mark.kills_vllm

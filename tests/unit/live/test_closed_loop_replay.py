@@ -10,7 +10,7 @@ import pytest
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
 from kvbudget.policies import make_policy
-from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+from kvbudget.workloads.closed_loop import ClosedLoop
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
     BATCH,
     INTERACTIVE,
@@ -61,11 +61,3 @@ def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> No
     with pytest.raises(ValueError, match=r"send_until_s must be a finite time >= 0"):
         ClosedLoop(num_users=2, send_until_s=-1.0)
 
-
-def test_a_loop_of_conversations_is_refused_by_the_live_replay_not_run_unlinked() -> None:
-    # the live users take the requests in order: a later turn would go before the turn it
-    # follows had returned, silently
-    turns = Conversations(previous=(-1, 0, -1), delay_s=(0.0, 1.5, 0.0))
-    loop = ClosedLoop(num_users=2, conversations=turns)
-    with pytest.raises(ValueError, match=r"sends no conversations .* simulated, not replayed"):
-        ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)

@@ -8,10 +8,13 @@ conversation in flight before it dequeues a new one (0.6-0.7 ``_dequeue_next_con
 pops its requeued ``turns_queue`` first). So the requests are no longer sent in the
 workload's order: a free user sends the later turn that became ready first, else the next
 request of the workload's order that is not a later turn, else waits for a turn to become
-ready. With no conversation the order is the workload's, as :class:`ClosedLoopUsers` sends it
-without one. When a user holds its conversation (``Conversations.held``, AIPerf's session
+ready. With no conversation the order is the workload's, as
+:class:`kvbudget.simulator.users.ClosedLoopUsers` sends it without one. When a user holds its conversation (``Conversations.held``, AIPerf's session
 slot) a ready turn has its own user, the one that sent the turn before it: it goes when it is
 ready whether or not another user is free, and only first turns wait for a free user.
+
+The one rule of both executors: the simulator's users (``simulator/users.py``) and the live
+replay's (``live/replay_turns.py``) ask it, each on its own clock.
 """
 
 from __future__ import annotations
