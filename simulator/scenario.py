@@ -848,8 +848,12 @@ def _engine_config(spec: EngineSpec) -> EngineConfig:
     sc = knobs.pop("speculative_config")
     if sc is not None:
         sc["acceptance_by_tier"] = tuple(sc["acceptance_by_tier"].items())
-    return EngineConfig(**knobs,
-                        speculative_config=None if sc is None else SpeculativeConfig(**sc))
+    try:
+        return EngineConfig(**knobs,
+                            speculative_config=None if sc is None else SpeculativeConfig(**sc))
+    except ValueError as exc:  # a knob's check names it as the user writes it: engine.NAME
+        text = str(exc)
+        raise ValueError(f"engine.{text}" if text.split(" ")[0] in knobs else text) from None
 
 
 def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:

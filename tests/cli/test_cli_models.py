@@ -96,4 +96,4 @@ def test_kv_cache_dtype_fp8_halves_the_bytes_of_a_block(tmp_path: Path) -> None:
                                              2 * runs["auto"]["num_gpu_blocks"] + 1)
     assert runs["fp8"]["cost_model"]["kv_cache_dtype"] == "fp8"
     res = runner.invoke(app, ["simulate", "--kv-cache-dtype", "fp4", "--trace", trace])
-    assert res.exit_code == 2 and "kv_cache_dtype must be one of" in res.stderr
+    assert res.exit_code == 2 and "--kv-cache-dtype must be one of" in res.stderr
