@@ -49,12 +49,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvbudget.perf.cost_model import (
-    CostModel,
-    load_cost_model,
-    model_from_config_block,
-    read_frontend_overhead,
-)
+from kvbudget.perf.cost_model import CostModel, model_from_config_block, read_cost_file
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
@@ -187,9 +182,8 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     parallelism, the rest
     reset to its defaults, and a note says which); with a note when the file does not say what
     it was fitted on (it cannot be checked)."""
-    loaded = load_cost_model(path)  # validates the file, with messages naming the field
-    overhead = read_frontend_overhead(path)
-    payload = json.loads(path.read_text())
+    read = read_cost_file(path)  # validates the file, with messages naming the field
+    loaded, overhead, payload = read.model, read.frontend_overhead_s, read.payload
     fitted = read_fitted_on(path, payload)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
