@@ -234,6 +234,47 @@ def fitted_engine_notes(path: Path, engine: str) -> tuple[str, ...]:
             "as they are",)
 
 
+def fit_engine_knobs(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """The engine a fit ran (``fitted_on.engine.name``) and the knobs its configuration set
+    (``calibration.engine`` of a ``calibrate --records`` file: its flags', ``--set``'s, its
+    scenario's and its recording's, ``None`` where unset; ``fitted_on.engine`` holds them
+    resolved, defaults filled in, which cannot tell a knob set from a default), the scalar
+    ones set; ``(None, {})`` for a file without them, or one that does not read (loading it
+    says why)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, {}
+    block = payload.get("fitted_on") if isinstance(payload, dict) else None
+    engine = block.get("engine") if isinstance(block, dict) else None
+    name = engine.get("name") if isinstance(engine, dict) else None
+    section = payload.get("calibration") if isinstance(payload, dict) else None
+    knobs = section.get("engine") if isinstance(section, dict) else None
+    if not isinstance(knobs, dict):
+        return (name if isinstance(name, str) else None), {}
+    return (name if isinstance(name, str) else None), {
+        k: v for k, v in knobs.items()
+        if isinstance(k, str) and v is not None and isinstance(v, str | int | float | bool)}
+
+
+def fitted_model_said(path: Path) -> str | None:
+    """How to name on ``--model`` the model ``path`` was fitted on (``fitted_on.model``: its
+    preset's name, else its ``config.json``'s path), for a command given none; None for a file
+    that does not record it, or does not read (loading it says why)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    block = payload.get("fitted_on") if isinstance(payload, dict) else None
+    model = block.get("model") if isinstance(block, dict) else None
+    if not isinstance(model, dict):
+        return None
+    name, config = model.get("name"), model.get("config_path")
+    if model.get("preset") is False and isinstance(config, str) and config:
+        return config
+    return name if isinstance(name, str) and name else None
+
+
 _PRINTED: set[str] = set()
 """Notes already printed: a scenario's configuration is built more than once per command (once
 to check it, once per run), and each note is said once."""
