@@ -159,7 +159,10 @@ HoldoutOpt = Annotated[float | None, typer.Option(
     "--holdout", help="With --records: fit on the first part of the run and validate on "
     "this last fraction of it (e.g. 0.5).")]
 EvalsOpt = Annotated[int, typer.Option(
-    "--max-evals", min=1, max=100_000, help="With --records: simulations the fit may run.")]
+    "--max-evals", min=1, max=100_000, help="With --records: the most simulations the fit's "
+    "start and search may run; the fit runs more besides: two per parameter that moves the "
+    "step time (which the recording identifies), two per fitted one (its 95 % intervals) and "
+    "up to four to settle the front-end time (--fit-overhead).")]
 OverheadFitOpt = Annotated[bool, typer.Option(
     "--fit-overhead/--no-fit-overhead", help="With --records: also fit the API server's "
     "fixed time per request (frontend_overhead_s, the first token's fixed part; the part "

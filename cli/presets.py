@@ -47,7 +47,7 @@ def presets_cmd() -> None:
          "KV KiB/token", "context"),
         [[m.name, m.model_type, m.num_layers, m.num_kv_heads if m.mla is None else "MLA",
           m.weight_dtype, m.num_params / 1e9, m.num_active_params / 1e9,
-          m.kv_bytes_per_token() / 1024, m.max_position_embeddings]
+          f"{m.kv_bytes_per_token() / 1024:,.1f}", m.max_position_embeddings]
          for m in models.values()],
     ))
     typer.echo(textwrap.fill(

@@ -26,7 +26,7 @@ from kvbudget.cli.recorded_engine import (
 from kvbudget.cli.simulate import build_scenario
 from kvbudget.cli.tables import render
 from kvbudget.perf.cost_model import LinearCostModel
-from kvbudget.perf.fitted_on import fitted_for
+from kvbudget.perf.fitted_on import fitted_for, fitted_model_said
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
@@ -65,7 +65,9 @@ from kvbudget.workloads.max_output import FixedCap
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.results.recordings import Recording
+    from kvbudget.simulator.fitted_knobs import FittedKnobs
     from kvbudget.simulator.run import SimConfig
+    from kvbudget.simulator.scenario import Scenario
     from kvbudget.studies.calibrate import RecordedCalibration
     from kvbudget.studies.validate import OfflineValidation
 
@@ -123,12 +125,12 @@ def _known_gpu(name: Any) -> str | None:
         return None
 
 
-def _recorded_model(recording: "Recording", model: str | None,
-                    scenario: Path | None) -> tuple[str | None, str]:
+def _recorded_model(recording: "Recording", model: str | None, scenario: Path | None,
+                    cost_model: Path | None = None) -> tuple[str | None, str]:
     """The model to simulate and where it came from: ``--model``, else the model the file names
     (as Hugging Face and servers write it), else the ``--scenario``'s; a file naming a model
     kvbudget cannot resolve, or naming none with neither flag, is an error (never the default
-    model in its place)."""
+    model in its place) that names the model ``cost_model`` was fitted on."""
     named = recording.config.get("model")
     if model is not None:
         return model, _given_model_said(model, named)
@@ -151,8 +153,11 @@ def _recorded_model(recording: "Recording", model: str | None,
         return resolved, f"the recording's{said}"
     if scenario is not None:
         return None, "--scenario"
+    fitted = None if cost_model is None else fitted_model_said(cost_model)
     raise CliError(f"{recording.path}: the recording names no model: pass --model PRESET or "
-                   "--model path/to/config.json (kvbudget simulates no model it was not given)")
+                   "--model path/to/config.json (kvbudget simulates no model it was not given"
+                   + (f"; the cost file {cost_model} was fitted on --model {fitted}"
+                      if fitted else "") + ")")
 
 
 def _tokenizer_hint(recording: "Recording") -> str:
@@ -289,7 +294,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         f"fleet.{k}={json.dumps(cfg[k])}" for k in ("num_replicas", "router")
         if k in cfg and not any(o.startswith(f"fleet.{k}=") for o in overrides or [])]
     dp_router, dp_said = _data_parallel(cfg, recorded, overrides or [])
-    model, model_from = _recorded_model(recording, model, scenario)
+    model, model_from = _recorded_model(recording, model, scenario, cost_model)
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
     flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
     scn = build_scenario(scenario=scenario,
@@ -297,8 +302,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                                     *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
-                         max_num_seqs=max_num_seqs,
-                         max_num_batched_tokens=max_num_batched_tokens)
+                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     config = scn.sim_config()
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add
@@ -320,10 +324,10 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         cfg, given, overrides or [], config.engine_for().name)
     typer.echo(fill(f"settings: model {config.model} ({model_from}), GPU "
                f"{gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu}"
-               f" ({gpu_from})" + choice.said + assumed + _tp_said(config, cfg, given, scenario)
+               f" ({gpu_from})" + choice.said + assumed + _tp_said(scn, cfg, given, scenario)
                + _one_server_said(recording, config, scenario)
                + _weights_said(recording, config.model)
-               + _engine_said(given, recorded, scenario, config.engine_for().name)
+               + _engine_said(given, recorded, scenario, config.engine_for().name, scn.fitted)
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in shown)}"
                   if shown else "") + dp_said
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
@@ -364,13 +368,15 @@ def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path
             "its URL; pass --set fleet.num_replicas=N for N behind a router)")
 
 
-def _tp_said(config: "SimConfig", cfg: dict[str, Any], given: dict[str, Any],
+def _tp_said(scn: "Scenario", cfg: dict[str, Any], given: dict[str, Any],
              scenario: Path | None) -> str:
-    """The tensor parallelism said as assumed where nothing told it, or ''."""
+    """The tensor parallelism said as assumed where nothing told it (the cost file's fit's,
+    where it set one, is said with its other knobs), or ''."""
     if given.get("tensor_parallel_size") is not None or scenario is not None or \
-            "tensor_parallel_size" in cfg:
+            "tensor_parallel_size" in cfg or (
+                scn.fitted is not None and "tensor_parallel_size" in scn.fitted.taken):
         return ""
-    return (f", tensor_parallel_size {config.engine_for().tensor_parallel_size} (ASSUMED: the "
+    return (f", tensor_parallel_size {scn.spec.engine.tensor_parallel_size} (ASSUMED: the "
             "recording does not say how many GPUs served the model; pass "
             "--tensor-parallel-size)")
 
@@ -459,25 +465,34 @@ def _sglang_router(method: str, said: str) -> tuple[list[str], str]:
 
 
 def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | None,
-                 engine: str = "vllm") -> str:
-    """The engine knobs simulated at vLLM's defaults for the GPU and model because nothing
-    said them (:data:`_SAID_ENGINE_KEYS`), as one ``ASSUMED`` clause, or '' (``engine``:
-    the simulated engine's name; another's than vLLM takes vLLM's defaults too, said)."""
+                 engine: str = "vllm", fit: "FittedKnobs | None" = None) -> str:
+    """The engine knobs taken from the cost file's fit (``fit.taken``: those neither a flag, the
+    recording nor ``--scenario`` set), then those simulated at vLLM's defaults for the GPU and
+    model because nothing said them (:data:`_SAID_ENGINE_KEYS`), as one ``ASSUMED`` clause, or
+    '' (``engine``: the simulated engine's name; another's than vLLM takes vLLM's defaults
+    too, said)."""
+    fitted = {} if fit is None else fit.taken
+    said = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
+                   for k, v in fitted.items()) + (
+        f" (the cost file's fit's: nothing here sets {'it' if len(fitted) == 1 else 'them'})"
+        if fitted else "")
     if scenario is not None:
-        return ""
+        return said
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
-    left = [k for k in _SAID_ENGINE_KEYS if given.get(k) is None and k not in from_file]
+    left = [k for k in _SAID_ENGINE_KEYS if given.get(k) is None and k not in from_file
+            and k not in fitted]
     if not left:
-        return ""
+        return said
     how = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
            "num_gpu_blocks": "--num-gpu-blocks",
            "enable_prefix_caching": "--set engine.enable_prefix_caching=false"}
-    return (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
-            + ("" if engine in ("vllm", "vllm-swap") else
-               f", which kvbudget's {engine} engine takes: its server's own are not modelled")
-            + (", the KV blocks from the GPU's memory" if "num_gpu_blocks" in left else "")
-            + "; the recording does not say what the server ran: pass "
-            + ", ".join(how[k] for k in left) + " or --scenario)")
+    return said + (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
+                  + ("" if engine in ("vllm", "vllm-swap") else
+                     f", which kvbudget's {engine} engine takes: its server's own are not "
+                     "modelled")
+                  + (", the KV blocks from the GPU's memory" if "num_gpu_blocks" in left else "")
+                  + "; the recording does not say what the server ran: pass "
+                  + ", ".join(how[k] for k in left) + " or --scenario)")
 
 
 def _weights_said(recording: "Recording", model: str | Path) -> str:

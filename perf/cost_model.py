@@ -254,12 +254,33 @@ def save_cost_model(
     path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
+@dataclass(frozen=True)
+class CostFile:
+    """A cost-model file read once: its step-time ``model``, its ``frontend_overhead_s`` and
+    the whole ``payload`` (its ``fitted_on`` and ``calibration`` blocks, which their readers
+    take from it)."""
+
+    path: Path
+    model: CostModel
+    frontend_overhead_s: float
+    payload: dict[str, Any]
+
+
+def read_cost_file(path: Path) -> CostFile:
+    """``path`` read and checked once (errors name the file and the field)."""
+    payload = _read_payload(path)
+    return CostFile(path, _model_from_payload(path, payload),
+                    _frontend_overhead(path, payload), payload)
+
+
 def read_frontend_overhead(path: Path) -> float:
     """The ``frontend_overhead_s`` of a cost-model file (0 when it has none): what the server's
     API front end adds to every request's first token and finish outside the engine's steps,
     as ``kvbudget calibrate`` measured it."""
-    load_cost_model(path)  # validates the file, with messages naming the field
-    payload = json.loads(path.read_text())
+    return read_cost_file(path).frontend_overhead_s
+
+
+def _frontend_overhead(path: Path, payload: dict[str, Any]) -> float:
     value = payload.get("frontend_overhead_s", 0.0)
     if isinstance(value, bool) or not isinstance(value, int | float) or not (
         np.isfinite(value) and value >= 0
@@ -274,6 +295,10 @@ def read_frontend_overhead(path: Path) -> float:
 
 def load_cost_model(path: Path) -> CostModel:
     """Read a cost-model file written by :func:`save_cost_model`; errors name the field."""
+    return _model_from_payload(path, _read_payload(path))
+
+
+def _read_payload(path: Path) -> dict[str, Any]:
     try:
         payload = json.loads(path.read_text())
     except OSError as exc:
@@ -284,7 +309,13 @@ def load_cost_model(path: Path) -> CostModel:
                          f"{exc.start})") from None
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a readable cost-model JSON file ({exc})") from None
-    kind = payload.get("kind") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path}: field 'kind' must be 'linear', 'vllm-v1' or 'roofline'")
+    return payload
+
+
+def _model_from_payload(path: Path, payload: dict[str, Any]) -> CostModel:
+    kind = payload.get("kind")
     if kind == "vllm-v1":
         try:
             return VllmStepModel.from_json(payload, embedded_model(payload))

@@ -49,12 +49,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvbudget.perf.cost_model import (
-    CostModel,
-    load_cost_model,
-    model_from_config_block,
-    read_frontend_overhead,
-)
+from kvbudget.perf.cost_model import CostModel, model_from_config_block, read_cost_file
 from kvbudget.perf.hardware import GPUSpec
 from kvbudget.perf.models import ModelSpec, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
@@ -187,9 +182,8 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     parallelism, the rest
     reset to its defaults, and a note says which); with a note when the file does not say what
     it was fitted on (it cannot be checked)."""
-    loaded = load_cost_model(path)  # validates the file, with messages naming the field
-    overhead = read_frontend_overhead(path)
-    payload = json.loads(path.read_text())
+    read = read_cost_file(path)  # validates the file, with messages naming the field
+    loaded, overhead, payload = read.model, read.frontend_overhead_s, read.payload
     fitted = read_fitted_on(path, payload)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
@@ -238,6 +232,47 @@ def fitted_engine_notes(path: Path, engine: str) -> tuple[str, ...]:
     return (f"{path}: fitted with engine {name}, simulated with engine {engine}: its "
             f"parameters and front-end time are what {name}'s steps and API server took, used "
             "as they are",)
+
+
+def fit_engine_knobs(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """The engine a fit ran (``fitted_on.engine.name``) and the knobs its configuration set
+    (``calibration.engine`` of a ``calibrate --records`` file: its flags', ``--set``'s, its
+    scenario's and its recording's, ``None`` where unset; ``fitted_on.engine`` holds them
+    resolved, defaults filled in, which cannot tell a knob set from a default), the scalar
+    ones set; ``(None, {})`` for a file without them, or one that does not read (loading it
+    says why)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None, {}
+    block = payload.get("fitted_on") if isinstance(payload, dict) else None
+    engine = block.get("engine") if isinstance(block, dict) else None
+    name = engine.get("name") if isinstance(engine, dict) else None
+    section = payload.get("calibration") if isinstance(payload, dict) else None
+    knobs = section.get("engine") if isinstance(section, dict) else None
+    if not isinstance(knobs, dict):
+        return (name if isinstance(name, str) else None), {}
+    return (name if isinstance(name, str) else None), {
+        k: v for k, v in knobs.items()
+        if isinstance(k, str) and v is not None and isinstance(v, str | int | float | bool)}
+
+
+def fitted_model_said(path: Path) -> str | None:
+    """How to name on ``--model`` the model ``path`` was fitted on (``fitted_on.model``: its
+    preset's name, else its ``config.json``'s path), for a command given none; None for a file
+    that does not record it, or does not read (loading it says why)."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    block = payload.get("fitted_on") if isinstance(payload, dict) else None
+    model = block.get("model") if isinstance(block, dict) else None
+    if not isinstance(model, dict):
+        return None
+    name, config = model.get("name"), model.get("config_path")
+    if model.get("preset") is False and isinstance(config, str) and config:
+        return config
+    return name if isinstance(name, str) and name else None
 
 
 _PRINTED: set[str] = set()

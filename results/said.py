@@ -15,7 +15,7 @@ from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
-           "figure", "fill", "frontend_said", "setting_lines"]
+           "cost_said", "figure", "fill", "frontend_said", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -178,17 +178,35 @@ def _cost_line(s: dict[str, Any]) -> list[str]:
     overhead = float(s.get("frontend_overhead_s") or 0.0)
     if cost.get("source", "defaults") == "defaults" and overhead == 0:
         return []
-    text = f"step times: the cost-model file's {cost.get('kind')} model ({cost.get('source')})"
     fe = s.get("frontend") or {}
-    if overhead > 0:
-        text += (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request (the file's "
+    return [cost_said(cost.get("kind"), cost.get("source"), overhead,
+                      no_frontend=not any(fe.get(k) for k in FRONTEND_COSTS))]
+
+
+def cost_said(kind: Any, source: Any, overhead_s: float, *, no_frontend: bool,
+              path: Any = None, fitted_on: str | None = None, transfer: bool = False) -> str:
+    """``step times: ...``: the cost-model file's step-time model (its ``kind`` and
+    ``source``), named by ``path`` with what it was ``fitted_on`` where given (a study's
+    line: a run's summary keeps neither), the fixed front-end time it adds to every request
+    (``overhead_s``) or, where it adds none and nothing else does (``no_frontend``), that TTFT
+    and E2E are the engine's alone; with ``transfer``, that runs on another target carry what
+    the notes say. ``simulate``'s and the studies' line alike."""
+    whose = "the file's" if path is None else "its"
+    text = (f"step times: the cost-model file's {kind} model ({source})" if path is None else
+            f"step times: the cost-model file {path}: its {kind} model ({source})"
+            + (f", fitted on {fitted_on}" if fitted_on else ""))
+    if overhead_s > 0:
+        text += (f"; a fixed front-end time of {overhead_s * 1e3:.2f} ms per request ({whose} "
                  "frontend_overhead_s) added to every first token and finish")
-    elif not any(fe.get(k) for k in FRONTEND_COSTS):
+    elif no_frontend:
         # a file fitted on engine-side times (--no-fit-overhead) stands for no API server
-        text += ("; no front-end time (the file's frontend_overhead_s is 0, as a fit of "
+        text += (f"; no front-end time ({whose} frontend_overhead_s is 0, as a fit of "
                  "engine-side times writes it): TTFT and E2E are the engine's alone, without "
                  "an API server's (--set frontend=vllm-api-server adds vLLM's)")
-    return [text]
+    if transfer:
+        text += ("; runs on another GPU, model, parallelism or KV cache carry what the notes "
+                 "say (--cost-model-transfer)")
+    return text
 
 
 FRONTEND_COSTS = ("per_request_s", "per_prompt_token_s", "per_output_token_s", "post_decode_s")

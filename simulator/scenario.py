@@ -101,6 +101,7 @@ from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.disagg_config import disagg_from_tables
 from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.fitted_knobs import FittedKnobs, with_fitted_knobs
 from kvbudget.simulator.run import SimConfig
 from kvbudget.simulator.sim_config import FleetConfig
 from kvbudget.workloads import Workload
@@ -470,6 +471,9 @@ class Scenario:
     spec: ScenarioSpec
     base_dir: Path
     source: str | None = None
+    fitted: FittedKnobs | None = None
+    """The ``[engine]`` knobs taken from the cost file's fit, and those set otherwise than
+    its (:mod:`kvbudget.simulator.fitted_knobs`): said with the file's other notes."""
 
     def __repr__(self) -> str:
         """A notebook's view: what the scenario runs, not its every field (``.spec``)."""
@@ -542,7 +546,7 @@ class Scenario:
         checked = load_checked_cost_model(path, config.fit_target(),
                                           transfer=s.cost_model_transfer)
         print_notes(replace(checked, notes=checked.notes + fitted_engine_notes(
-            path, config.engine.name)))
+            path, config.engine.name) + (self.fitted.notes() if self.fitted else ())))
         if checked.model is None:  # nothing carried over: the default step model
             return config
         # a calibrated file's frontend_overhead_s stands for the API server
@@ -816,10 +820,22 @@ def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
     source: str | Path | None = None,
 ) -> Scenario:
-    merged = apply_overrides(dict(data), overrides)
+    merged, fitted = with_fitted_knobs(apply_overrides(dict(data), overrides), base_dir,
+                                       _ENGINE_DEFAULTS)
     spec = validate_spec(merged)
-    scenario = Scenario(spec, base_dir, None if source is None else str(source))
-    # fail early on bad names and values that only the library checks
+    scenario = Scenario(spec, base_dir, None if source is None else str(source), fitted)
+    try:
+        _check_scenario(scenario)
+    except ValueError as exc:  # a knob nobody here set is named as the cost file's fit's
+        if fitted is None or fitted.named_in(str(exc)) == str(exc):
+            raise
+        raise ValueError(fitted.named_in(str(exc))) from None
+    return scenario
+
+
+def _check_scenario(scenario: Scenario) -> None:
+    """Fail early on bad names and values that only the library checks."""
+    spec = scenario.spec
     try:
         config = scenario.sim_config()
         if config.engine.speculative_config is not None:  # its tiers are the run's
@@ -839,7 +855,10 @@ def scenario_from_dict(
         raise ValueError(
             f"engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must be greater "
             f"than or equal to engine.max_num_seqs ({eng.max_num_seqs}), as vLLM requires")
-    return scenario
+
+
+_ENGINE_DEFAULTS = {f.name: f.default for f in fields(EngineSpec) if f.default is not MISSING}
+"""``[engine]``'s defaults: a cost file's fit set the knobs it ran otherwise."""
 
 
 def _engine_config(spec: EngineSpec) -> EngineConfig:
@@ -848,8 +867,12 @@ def _engine_config(spec: EngineSpec) -> EngineConfig:
     sc = knobs.pop("speculative_config")
     if sc is not None:
         sc["acceptance_by_tier"] = tuple(sc["acceptance_by_tier"].items())
-    return EngineConfig(**knobs,
-                        speculative_config=None if sc is None else SpeculativeConfig(**sc))
+    try:
+        return EngineConfig(**knobs,
+                            speculative_config=None if sc is None else SpeculativeConfig(**sc))
+    except ValueError as exc:  # a knob's check names it as the user writes it: engine.NAME
+        text = str(exc)
+        raise ValueError(f"engine.{text}" if text.split(" ")[0] in knobs else text) from None
 
 
 def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:

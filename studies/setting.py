@@ -5,16 +5,15 @@ before their runs (their tables name none of it); a study's result keeps them
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbudget.perf.cost_model import load_cost_model, read_frontend_overhead
+from kvbudget.perf.cost_model import read_cost_file
 from kvbudget.perf.fitted_on import read_fitted_on
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.results.said import arrivals_said, as_given, fill
+from kvbudget.results.said import arrivals_said, as_given, cost_said, fill
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.traces.report import load_said
 
@@ -72,22 +71,16 @@ def cost_model_said(path: Path | None, *, transfer: bool = False,
     from, what it holds and what it was fitted on (``simulate`` says it under its
     ``simulated:`` line; a study's tables name none of it), and that no front-end time is added
     where the file has none and the scenario's ``frontend`` adds none; nothing for the default
-    model."""
+    model (:func:`~kvbudget.results.said.cost_said`, the file read once)."""
     if path is None:
         return ()
-    described = load_cost_model(path).describe()  # validates the file, naming the field
-    fitted = read_fitted_on(path, json.loads(path.read_text()))
-    overhead = read_frontend_overhead(path)
-    return ((f"step times: the cost-model file {path}: its {described.get('kind')} model "
-             f"({described.get('source')})"
-             + (f", fitted on {fitted.label(True)}" if fitted is not None else "")
-             + (f"; a fixed front-end time of {overhead * 1e3:.2f} ms per request added to "
-                "every first token and finish" if overhead > 0 else
-                "; no front-end time (its frontend_overhead_s is 0): TTFT and E2E are the "
-                "engine's alone (--set frontend=vllm-api-server adds vLLM's)"
-                if frontend in (None, "none") else "")
-             + ("; runs on another GPU, model, parallelism or KV cache carry what the notes "
-                "say (--cost-model-transfer)" if transfer else "")),)
+    read = read_cost_file(path)  # validates the file, naming the field
+    described = read.model.describe()
+    fitted = read_fitted_on(path, read.payload)
+    return (cost_said(described.get("kind"), described.get("source"), read.frontend_overhead_s,
+                      no_frontend=frontend in (None, "none"), path=path,
+                      fitted_on=None if fitted is None else fitted.label(True),
+                      transfer=transfer),)
 
 
 def _drawn(workload: Mapping[str, Any]) -> str:

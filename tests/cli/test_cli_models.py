@@ -78,6 +78,23 @@ def test_presets_lists_bundled_models_with_params_and_kv() -> None:
         assert f"{m.kv_bytes_per_token() / 1024:g}"[:4] in line or "MLA" in line
 
 
+def test_presets_kv_per_token_column_has_one_format() -> None:
+    """The models' ``KV KiB/token`` column printed ``72`` and ``48`` (gpt-oss) beside ``128.0``
+    and ``30.4``: the tables' figure format drops a float's decimals below 100 where they are
+    zero and keeps one above. Every cell has one decimal now, the model's figure."""
+    res = runner.invoke(app, ["presets"])
+    assert res.exit_code == 0
+    lines = res.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if "KV KiB/token" in line)
+    models = bundled_models()
+    # the column before the last (the context): headers of two words do not split as cells
+    cells = {line.split()[0]: line.split()[-2] for line in lines[head + 2:head + 2 + len(models)]}
+    assert cells.keys() == models.keys()
+    for name, m in models.items():
+        assert cells[name] == f"{m.kv_bytes_per_token() / 1024:,.1f}", (name, cells[name])
+    assert {cells["gpt-oss-20b"], cells["Llama-3.1-8B"]} == {"48.0", "128.0"}
+
+
 
 
 def test_kv_cache_dtype_fp8_halves_the_bytes_of_a_block(tmp_path: Path) -> None:
@@ -96,4 +113,4 @@ def test_kv_cache_dtype_fp8_halves_the_bytes_of_a_block(tmp_path: Path) -> None:
                                              2 * runs["auto"]["num_gpu_blocks"] + 1)
     assert runs["fp8"]["cost_model"]["kv_cache_dtype"] == "fp8"
     res = runner.invoke(app, ["simulate", "--kv-cache-dtype", "fp4", "--trace", trace])
-    assert res.exit_code == 2 and "kv_cache_dtype must be one of" in res.stderr
+    assert res.exit_code == 2 and "--kv-cache-dtype must be one of" in res.stderr

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.run import SimConfig
-from kvbudget.studies.calibrate import calibrate_recording
+from kvbudget.studies.calibrate import calibrate_recording, fit_parameters
 from tests.unit.studies.test_calibrate_records import ENGINE, ENGINE_FLAGS, TRUTH, recorded_run
 
 ONE = ("intercept_s",)  # one parameter from the truth: the search converges in a few dozen
@@ -60,3 +60,22 @@ def test_calibrate_prints_it_and_the_file_keeps_it(records: Path, tmp_path: Path
     section = json.loads(out.read_text())["calibration"]
     assert section["search_converged"] is False
     assert any("before it converged" in w for w in section["warnings"])
+
+
+def test_max_evals_bounds_the_start_and_the_search_and_its_help_says_what_runs_besides(
+        records: Path) -> None:
+    """``--max-evals`` said "simulations the fit may run"; ``--max-evals 3`` ran 17 (the
+    sensitivities around the start and the fit, the front-end term's settling). Its help now
+    says what it bounds and what runs besides, which the count keeps to."""
+    cal = calibrate_recording(read_recording(records), SimConfig(engine=ENGINE), TRUTH,
+                              max_evals=3)
+    steps = [k for k in cal.fitted if k != "frontend_overhead_s"]
+    assert steps and "frontend_overhead_s" in cal.fitted
+    # the start and the search: 3; two per parameter before, two per fitted one after, four
+    assert 3 < cal.num_evals <= 3 + 2 * len(fit_parameters(TRUTH)) + 2 * len(steps) + 4
+    said = " ".join(CliRunner().invoke(app, ["calibrate", "--help"]).output.split())
+    assert ("With --records: the most simulations the fit's start and "
+            "search may run; the fit runs more besides: two per parameter that moves the step "
+            "time (which the recording identifies), two per fitted one (its 95 % intervals) "
+            "and up to four to settle the front-end time (--fit-overhead).") in said
+    assert "simulations the fit may run" not in said

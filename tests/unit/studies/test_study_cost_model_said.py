@@ -12,12 +12,16 @@ front-end time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from kvbudget.results.said import setting_lines
+from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import make_scenario
-from kvbudget.studies.setting import study_setting
+from kvbudget.studies.setting import cost_model_said, study_setting
 from tests.unit.perf.test_fitted_on import fitted_file
 
 SCENARIO = Path(__file__).resolve().parents[3] / "scenarios" / "synth_conservative.toml"
@@ -30,8 +34,8 @@ def test_the_setting_names_the_file_and_what_it_was_fitted_on(tmp_path: Path) ->
     step = [line for line in lines if line.startswith("step times:")]
     assert step == [f"step times: the cost-model file {path}: its vllm-v1 model (defaults), "
                     "fitted on H100-SXM / Llama-3.1-8B TP1 EP1, KV cache auto; a fixed "
-                    "front-end time of 4.00 ms per request added to every first token and "
-                    "finish"]
+                    "front-end time of 4.00 ms per request (its frontend_overhead_s) added to "
+                    "every first token and finish"]
     assert not any(line.startswith("step times:")
                    for line in study_setting(make_scenario(SCENARIO, SMALL)))
 
@@ -51,7 +55,36 @@ def test_a_file_without_a_front_end_time_says_so(tmp_path: Path) -> None:
     payload = path.read_text().replace('"frontend_overhead_s": 0.004', '"frontend_overhead_s": 0.0')
     path.write_text(payload)
     lines = study_setting(make_scenario(SCENARIO, SMALL, cost_model=path))
-    assert any("no front-end time (its frontend_overhead_s is 0)" in line for line in lines)
+    assert any("no front-end time (its frontend_overhead_s is 0, as a fit of engine-side "
+               "times writes it): TTFT and E2E are the engine's alone, without an API server's "
+               "(--set frontend=vllm-api-server adds vLLM's)" in line for line in lines)
     lines = study_setting(make_scenario(SCENARIO, (*SMALL, "frontend=vllm-api-server"),
                                         cost_model=path))
     assert not any("no front-end time" in line for line in lines)
+
+
+def test_a_study_and_a_run_say_the_file_in_one_sentence_from_one_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cost_model_said`` near-copied ``simulate``'s ``step times:`` line in other words ("its
+    frontend_overhead_s is 0)" where a run said "(the file's frontend_overhead_s is 0, as a fit
+    of engine-side times writes it)") and read the file three times; both lines are
+    :func:`~kvbudget.results.said.cost_said`'s now, and the file is read once."""
+    path = fitted_file(tmp_path / "cost.json", mem_efficiency=0.6)
+    scn = make_scenario(SCENARIO, SMALL, cost_model=path)
+    reads: list[Path] = []
+    text = Path.read_text
+
+    def counted(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    (line,) = cost_model_said(path, frontend=scn.spec.frontend)
+    assert reads == [path]
+    monkeypatch.undo()
+    run = simulate(scn.workload(), scn.make_policy(), scn.sim_config())
+    (said,) = [x for x in setting_lines([run.summary]) if x.startswith("step times:")]
+    # the same sentence, but for the file's name, which a run's summary does not keep
+    assert " ".join(said.split()).replace("the cost-model file's", "its").replace(
+        "the file's", "its") == line.replace(f"the cost-model file {path}: ", "").replace(
+        ", fitted on H100-SXM / Llama-3.1-8B TP1 EP1, KV cache auto", "")
