@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -254,20 +255,44 @@ def prompt_token_ids(request_id: int, length: int, seed: int, token_ids: tuple[i
     return [int(x) for x in rng.integers(token_ids[0], token_ids[1], size=length)]
 
 
-def turn_prompt(workload: Workload, history: Mapping[int, int], i: int, length: int, seed: int,
-                token_ids: tuple[int, int]) -> list[int]:
-    """Row ``i``'s prompt of ``length`` ids: its own (:func:`prompt_token_ids`), after the
-    prompt of its turn before where ``history`` says it holds it
-    (:func:`~kvbudget.live.replay_turns.history_of`)."""
-    chain = [i]  # the row and its turns before, back to the first that holds none
-    while chain[-1] in history:
-        chain.append(history[chain[-1]])
+PREFIX_STREAM = 1
+"""The draws of a prompt block named by a prefix hash (``[seed, PREFIX_STREAM, hash]``), apart
+from a request's own (``[seed, request_id]``)."""
+
+
+def prompt_of(workload: Workload, i: int, length: int, seed: int, token_ids: tuple[int, int]
+              ) -> list[int]:
+    """Row ``i``'s prompt of ``length`` ids: a block of ``prefix_block_tokens`` ids drawn for
+    each of its leading prefix hashes that names a whole block of it (the blocks the
+    simulation's prefix cache shares: ``simulator/prefix_cache.py``), so rows whose hashes
+    agree send the same ids there and the server's prefix cache can serve them (Mooncake's
+    ``hash_ids``, a recording's conversation so far); then ids of its own
+    (:func:`prompt_token_ids`)."""
+    hashes = workload.prefix_of(i)
+    block = workload.prefix_block_tokens
     prompt: list[int] = []
-    for row in reversed(chain):
-        size = length if row == i else int(workload.prompt_tokens[row])
-        prompt = prompt[:size] + prompt_token_ids(int(workload.request_id[row]),
-                                                  size - min(size, len(prompt)), seed, token_ids)
-    return prompt
+    for h in hashes[: length // block]:
+        rng = np.random.default_rng([seed, PREFIX_STREAM, h & 0xFFFF_FFFF_FFFF_FFFF])
+        prompt += rng.integers(token_ids[0], token_ids[1], size=block).tolist()
+    return prompt + prompt_token_ids(int(workload.request_id[i]), length - len(prompt), seed,
+                                     token_ids)
+
+
+def shared_blocks_said(workload: Workload) -> tuple[str, ...]:
+    """How the prompts of a workload with prefix hashes were made (:func:`prompt_of`): how
+    many of its requests share a block with another; ``()`` without hashes."""
+    if workload.prefix_hashes is None:
+        return ()
+    block = workload.prefix_block_tokens
+    rows = [workload.prefix_of(i)[: int(workload.prompt_tokens[i]) // block]
+            for i in range(len(workload))]
+    seen = Counter(h for hashes in rows for h in set(hashes))
+    num_sharing = sum(1 for hashes in rows if any(seen[h] > 1 for h in hashes))
+    return (f"prompts from the workload's prefix hashes: each whole {block}-token block a hash "
+            "names is the same token ids in every request naming it, as the simulation shares "
+            f"its KV ({num_sharing:,} of {len(workload):,} requests share a block with another),"
+            " so the server's prefix cache can serve them where it caches; the rest of each "
+            "prompt is token ids of its own",)
 
 
 class _Replay:
@@ -294,10 +319,6 @@ class _Replay:
         self.tasks: set[asyncio.Task[None]] = set()
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
         self.turn_users: TurnUsers | None = None  # a closed loop of conversations
-        # a later turn whose prompt begins with the turn before's: row -> that turn's row
-        loop = config.closed_loop
-        self.history = {} if loop is None or loop.conversations is None else history_of(
-            workload, loop.conversations)
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -663,8 +684,8 @@ class _Replay:
         assert self.client is not None
         req = st.request
         max_tokens, min_tokens = self.sends.get(st.index, (st.true_output_tokens, None))
-        prompt = turn_prompt(self.workload, self.history, st.index, req.prompt_tokens,
-                             self.config.seed, self.config.token_ids)
+        prompt = prompt_of(self.workload, st.index, req.prompt_tokens, self.config.seed,
+                           self.config.token_ids)
 
         def on_chunk(tokens: int) -> None:
             if st.generation == generation:
@@ -869,7 +890,7 @@ async def replay_async(
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
                                "kv_capacity_given": config.capacity_tokens is not None,
                                "server": info.facts()}, resume=resume)
-    said = conversations_said(workload, config, run_dir)
+    said = conversations_said(workload, config, run_dir) + shared_blocks_said(workload)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)
     try:

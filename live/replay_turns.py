@@ -54,11 +54,12 @@ def turns_said(num_later: int, num_history: int) -> str:
             "send them)")
     if num_history == num_later:
         return (f"{head}; each later turn's prompt (its recorded length, in token ids) begins "
-                "with the prompt of the turn before, as the simulation shares its blocks, but not "
-                "with that turn's answer (the server's own text, not sent back): the server's "
-                "prefix cache serves the earlier prompts, not the earlier answers")
-    shared = (f"; {num_history} of them begin with the prompt of the turn before (as the "
-              "simulation shares its blocks), not with that turn's answer" if num_history
+                "with the whole blocks of the prompt of the turn before, the blocks the "
+                "simulation shares, but not with that turn's answer (the server's own text, not "
+                "sent back): the server's prefix cache serves the earlier prompts, not the "
+                "earlier answers")
+    shared = (f"; {num_history} of them begin with the whole blocks of the prompt of the turn "
+              "before (those the simulation shares), not with that turn's answer" if num_history
               else "")
     return (f"{head}{shared}; {num_later - num_history} of them: each its recorded length in "
             "token ids of its own, not the conversation so far (the workload's prefix hashes do "

@@ -330,7 +330,8 @@ def test_a_recordings_conversations_replayed_live(vllm_server: VllmServer, tmp_p
         assert max(int(((arrival <= t) & (finished > t)).sum()) for t in arrival) <= 2
     said = run.summary["assumed"]
     assert any("8 requests are later turns of conversations" in a and "each later turn's prompt "
-               "(its recorded length, in token ids) begins with the prompt of the turn before"
+               "(its recorded length, in token ids) begins with the whole blocks of the prompt of the "
+               "turn before"
                in a for a in said), said
 
 

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from kvbudget.live.openai_client import ServerTarget
-from kvbudget.live.replay import ReplayConfig, ReplayMeta, prompt_token_ids, replay
+from kvbudget.live.replay import (
+    ReplayConfig,
+    ReplayMeta,
+    prompt_of,
+    prompt_token_ids,
+    replay,
+)
 from kvbudget.live.replay_turns import TurnUsers
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recorded_guidellm_turns import conversation_prefix
@@ -148,14 +154,17 @@ def test_a_later_turn_sends_the_turn_befores_prompt_where_the_prefix_hashes_say_
     assert sorted(sent) == sorted(prompt)  # each row once, at its recorded length
     for row, before in enumerate(PREVIOUS):
         mine = sent[prompt[row]]
-        if before < 0 or row == 8:  # its own ids
-            assert mine == prompt_token_ids(row, prompt[row], 0, config.token_ids)
-        else:  # the turn before's whole prompt, then ids of its own
-            head = sent[prompt[before]]
-            assert mine[:len(head)] == head
-            assert mine[len(head):] == prompt_token_ids(row, prompt[row] - len(head), 0,
-                                                        config.token_ids)
-    assert any("5 of them begin with the prompt of the turn before" in a and
+        # a block for each whole block its hashes name, then ids of its own
+        assert mine == prompt_of(w, row, prompt[row], 0, config.token_ids)
+        num_hashed = min(len(w.prefix_of(row)), prompt[row] // 16) * 16
+        assert mine[num_hashed:] == prompt_token_ids(row, prompt[row] - num_hashed, 0,
+                                                     config.token_ids)
+        if before >= 0 and row != 8:  # the turn before's whole blocks first
+            whole = prompt[before] // 16 * 16
+            assert whole and mine[:whole] == sent[prompt[before]][:whole]
+        elif before >= 0:  # d's shorter second turn: not the turn before's
+            assert mine[:16] != sent[prompt[before]][:16]
+    assert any("5 of them begin with the whole blocks of the prompt of the turn before" in a and
                "1 of them: each its recorded length in token ids of its own" in a
                for a in out.summary["assumed"])
 
