@@ -34,13 +34,12 @@ from livevllm import (
 from kvbudget.analysis.whole_answer import whole_answer_rows_of_run
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
-from kvbudget.live.replay_turns import TurnUsers
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.run_result import read_run
 from kvbudget.studies.recorded_replay import stage_plans
-from tests.unit.live.test_replay_turns import reference_order
+from tests.unit.live.test_replay_turns import ends_seen, reference_order
 
 pytestmark = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
@@ -302,14 +301,7 @@ def test_a_recordings_conversations_replayed_live(vllm_server: VllmServer, tmp_p
     loop = plans[0].loop
     turns = loop.conversations
     assert turns is not None and turns.num_later_turns == 8
-    seen: dict[int, float] = {}  # row -> when the replay's users saw it end
-    ended = TurnUsers.ended
-
-    def spy(self: TurnUsers, row: int, t: float) -> None:
-        seen[row] = t
-        ended(self, row, t)
-
-    monkeypatch.setattr(TurnUsers, "ended", spy)
+    seen = ends_seen(monkeypatch)
     config = ReplayConfig(ServerTarget(vllm_server.url), tiers=(INTERACTIVE, BATCH),
                           poll_period_s=0.2, closed_loop=loop)
     meta = ReplayMeta(trace=fixture, policy="unlimited", policy_params={}, time_scale=1.0,

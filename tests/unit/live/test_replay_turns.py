@@ -39,6 +39,19 @@ def _workload() -> Workload:
     return from_columns([0.0] * n, [8 + 4 * i for i in range(n)], list(OUTPUT), tiers=["batch"] * n)
 
 
+def ends_seen(monkeypatch: pytest.MonkeyPatch) -> dict[int, float]:
+    """``{row: when the replay's users saw it end}``, filled as the replay runs."""
+    seen: dict[int, float] = {}
+    ended = TurnUsers.ended
+
+    def spy(self: TurnUsers, row: int, t: float) -> None:
+        seen[row] = t
+        ended(self, row, t)
+
+    monkeypatch.setattr(TurnUsers, "ended", spy)
+    return seen
+
+
 def reference_order(turns: Conversations, num_users: int, think_s: float,
                     ended_s: dict[int, float]) -> list[int]:
     """The rows in the order the loop's users send them as :class:`TurnOrder` says, each row
@@ -73,14 +86,7 @@ def test_later_turns_wait_for_their_turn_before_and_go_in_turn_orders_order(
     # no token until both users' first requests are in: the first two sends are sent while
     # nothing has ended, so they are first turns, whatever the machine's speed
     fake.state.gate = lambda: fake.state.max_active >= num_users
-    seen: dict[int, float] = {}  # row -> when the replay's users saw it end
-    ended = TurnUsers.ended
-
-    def spy(self: TurnUsers, row: int, t: float) -> None:
-        seen[row] = t
-        ended(self, row, t)
-
-    monkeypatch.setattr(TurnUsers, "ended", spy)
+    seen = ends_seen(monkeypatch)
     turns = Conversations(PREVIOUS, DELAY_S, held=held)
     loop = ClosedLoop(num_users, think_time_s=think_s, conversations=turns)
     config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
