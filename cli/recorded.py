@@ -29,6 +29,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.fitted_on import fitted_for
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
+from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
 from kvbudget.results.recording import load_words
@@ -305,6 +306,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
         config = replace(config, frontend="none")
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
+    config, tiers_said = _recorded_tiers(recording, config)
     if policy is not None:
         policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
@@ -329,10 +331,33 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
                   else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
-                  "max_tokens" if max_output is not None else "")), err=True)
+                  "max_tokens" if max_output is not None else "") + tiers_said), err=True)
     _warn_sliding(recording, config)
     return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
                          policy_given=policy is not None)
+
+
+def _recorded_tiers(recording: "Recording", config: "SimConfig"
+                    ) -> tuple["SimConfig", str]:
+    """The tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
+    no ``--scenario`` (nor ``--set``) gives tiers, and what is said of them: a run is
+    simulated by the tiers it ran with, not the defaults, unsaid (its queue waits and size
+    limits refuse other requests)."""
+    given = recording.config.get("tiers")
+    if not isinstance(given, list):
+        return config, ""
+    try:
+        tiers = tuple(TierConfig(**t) for t in given)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"{recording.path}: replay.json: tiers: {exc}") from None
+    if config.tiers is not DEFAULT_TIERS:
+        same = tiers == config.tiers
+        return config, ("" if same else "; the --scenario's tiers, not those the run admitted "
+                        f"by ({', '.join(t.name for t in tiers)})")
+    return replace(config, tiers=tiers), "; tiers from the recording: " + "; ".join(
+        f"{t.name} up to {t.max_sequence_tokens:,} tokens, " + (
+            "waits without limit" if t.queue_timeout_s is None
+            else f"waits up to {t.queue_timeout_s:g} s") for t in tiers)
 
 
 def _for_engine(recording: "Recording", config: "SimConfig") -> "Recording":

@@ -61,7 +61,8 @@ class Outcome:
 
 def request_row(request: Request, outcome: Outcome,
                 max_tokens: int | None = None) -> dict[str, Any]:
-    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them); its
+    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them; ``deadline_s``
+    the admission deadline it was given, the tier's or its client's shorter one); its
     ``max_output_tokens`` is ``max_tokens`` where given (what the request declared:
     :meth:`ServeRecorder.write_request`), else the reservation's."""
     ttft = outcome.first_token_s - request.arrival_s
@@ -77,6 +78,7 @@ def request_row(request: Request, outcome: Outcome,
         "finished_s": outcome.finished_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
         "num_preemptions": outcome.num_preemptions, "reserved_tokens": outcome.reserved_tokens,
         "error": outcome.error, TOKEN_GAPS_KEY: list(outcome.token_gaps_s),
+        "deadline_s": math.nan if request.deadline_s is None else request.deadline_s,
     }
 
 

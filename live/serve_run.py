@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -132,7 +132,7 @@ def request_cap_said(urls: Sequence[str], snaps: Sequence[EngineSnapshot], cap: 
 def build_server(settings: ServeSettings, gateway: GatewayConfig,
                  servers: list[dict[str, Any]] | None = None) -> GatewayServer:
     """The app, its admission over a fresh :class:`Gateway`, and its run directories (whose
-    ``replay.json`` keeps what the upstreams said of themselves, ``servers``: a lone
+    ``replay.json`` keeps the tiers it admits by and what the upstreams said of themselves, ``servers``: a lone
     upstream's as ``server``, as a replay's, read back as the recording's settings; at the
     start, and again when an upstream changes them:
     :class:`~kvbudget.live.serve_settings.UpstreamSettings`)."""
@@ -144,6 +144,7 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig,
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe(),
                                      "router": settings.upstream.router,
+                                     "tiers": [asdict(t) for t in gateway.tiers],
                                      **told(servers or [])})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,

@@ -432,6 +432,8 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> di
             config[key] = knobs[key]
     if "kv_capacity_tokens" in meta:
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    if isinstance(meta.get("tiers"), list):  # kvbudget serve's: what it admitted by
+        config["tiers"] = meta["tiers"]
     config.update(server_config(meta.get("server") or {}, config, (path, "server")))
     config.update(serve_fleet(meta, config, path))
     return config
@@ -451,6 +453,22 @@ def _itl_means(path: Path, rec: Any) -> FloatArray | None:
         return itl_means_of_parts(path, rec)
     except ValueError as exc:
         raise TraceError(None, str(exc)) from None
+
+
+def _deadlines(rec: Any, path: Path) -> FloatArray:
+    """Each request's admission deadline as the gateway that ran it gave it (``kvbudget
+    serve``'s ``deadline_s``: its tier's wait or its client's shorter
+    ``x-kvbudget-deadline-s``), NaN where the run has none (its tier's ``queue_timeout_s``
+    then applies in the simulation)."""
+    if "deadline_s" not in rec.columns:
+        return np.full(len(rec), np.nan)
+    deadline: FloatArray = rec["deadline_s"].to_numpy(dtype=np.float64)
+    early = deadline < rec["arrival_s"].to_numpy(dtype=np.float64)
+    if early.any():
+        row = int(np.flatnonzero(early)[0])
+        raise TraceError(path / "requests.parquet", f"request {rec['request_id'].iat[row]}: "
+                         f"{deadline[row]!r} is before its arrival_s", field="deadline_s")
+    return deadline
 
 
 def read_run_dir(path: Path, default_tier: str) -> Recording:
@@ -478,13 +496,14 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     tier_names = tuple(dict.fromkeys(rec["tier"].astype(str).tolist())) or (default_tier,)
     codes = np.array([tier_names.index(t) for t in rec["tier"].astype(str)], dtype=np.int16)
     arrival = rec["arrival_s"].to_numpy(dtype=np.float64)
+    shift = float(arrival.min()) if float(arrival.min()) < 0 else 0.0
     workload = Workload(
-        arrival_s=arrival - float(arrival.min()) if float(arrival.min()) < 0 else arrival,
+        arrival_s=arrival - shift,
         prompt_tokens=rec["prompt_tokens"].to_numpy(dtype=np.int64),
         output_tokens=offered,
         max_output_tokens=np.maximum(max_output, offered),
         tier=codes, tier_names=tier_names,
-        deadline_s=np.full(n, np.nan),
+        deadline_s=_deadlines(rec, path) - shift,
         request_id=rec["request_id"].to_numpy(dtype=np.int64),
         name=path.name, meta={"source": str(path), "format": "run"},
     )

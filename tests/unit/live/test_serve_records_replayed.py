@@ -1,0 +1,91 @@
+"""A ``kvbudget serve`` run directory simulated again (``validate --records`` / ``calibrate
+--records``) is given what the gateway admitted by: the tiers it ran with (``replay.json``) and
+each request's admission deadline (``deadline_s``: its tier's wait, or the shorter
+``x-kvbudget-deadline-s`` its client sent). Without them a request the gateway refused at its
+client's deadline was simulated as waiting its tier's default 10 s, and served."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.live.gateway_server import ServeConfig
+from kvbudget.live.serve_run import ServeSettings, serve
+from kvbudget.live.serve_upstream import UpstreamOptions
+from kvbudget.policies import make_policy
+from kvbudget.policies.tiers import TierConfig
+from kvbudget.results.recordings import read_recording
+from kvbudget.results.run_result import read_run
+from tests.unit.live.serve_harness import FakeUpstream, serving, until
+
+pytestmark = pytest.mark.timeout(120)
+TIERS = (TierConfig("chat", max_sequence_tokens=2048, queue_timeout_s=5.0),
+         TierConfig("bulk", max_sequence_tokens=4096, priority=1, queue_timeout_s=None,
+                    retryable_on_overload=True))
+
+
+def _serve_two(out: Path) -> None:
+    """Two requests through ``serve`` (capacity 100 tokens, prompts counted as bytes + 16): the
+    first holds 78 tokens at the fake; the second, sent with a deadline of 0, finds no room
+    and is refused at once; then the first ends and the gateway is stopped (SIGTERM)."""
+    async def main() -> None:
+        fake = FakeUpstream(hold="headers")
+        async with serving(fake.app()) as up:
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def announce(line: str) -> None:
+                if "listening on " in line:
+                    ready.set_result(line.split("listening on ")[1].split()[0])
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), capacity_tokens=100, out=out,
+                config=ServeConfig(count_tokens="bytes", trust_tier_header=True,
+                                   default_tier="chat"), port=0, drain_timeout_s=5.0)
+            served = asyncio.create_task(serve(settings, announce))
+            url = await asyncio.wait_for(ready, 30)
+            body = {"model": "fake", "prompt": "hi", "max_tokens": 60, "stream": True}
+            async with httpx.AsyncClient(timeout=30) as client:
+                first = asyncio.create_task(client.post(url + "/v1/completions", json=body))
+                await until(lambda: len(fake.received) == 1, lambda: fake.changed)
+                late = await client.post(url + "/v1/completions", json=body,
+                                         headers={"x-kvbudget-deadline-s": "0"})
+                assert late.status_code == 429 and late.json()["error"]["code"] == "deadline"
+                fake.release.set()
+                assert (await first).status_code == 200
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            handler(signal.SIGTERM, None)
+            await asyncio.wait_for(served, 30)
+
+    asyncio.run(main())
+
+
+def test_a_serve_run_is_simulated_with_its_tiers_and_deadlines(tmp_path: Path) -> None:
+    _serve_two(tmp_path / "runs")
+    run_dir = tmp_path / "runs" / "run-0001"
+    rows = read_run(run_dir).records.sort_values("arrival_s")
+    assert list(rows["status"]) == ["completed", "expired"]
+    assert rows["deadline_s"].iloc[0] == pytest.approx(rows["arrival_s"].iloc[0] + 5.0)
+    assert rows["deadline_s"].iloc[1] == rows["arrival_s"].iloc[1]  # its client's 0 s
+    recording = read_recording(run_dir)
+    w = recording.workload
+    assert np.allclose(w.deadline_s - w.arrival_s, [5.0, 0.0])
+    assert [t["name"] for t in recording.config["tiers"]] == ["chat", "bulk"]
+
+    res = CliRunner().invoke(app, ["validate", "--records", str(run_dir), "--gpu", "H100-80GB",
+                                   "--model", "Llama-3.1-8B", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    assert "tiers from the recording: chat up to 2,048 tokens, waits up to 5 s; bulk up to " \
+        "4,096 tokens, waits without limit" in " ".join(res.output.split())
+    sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
+    # the simulated gateway refused the second at its deadline too, as the live one did
+    assert list(sim["status"]) == ["completed", "expired"], sim[["status", "reason"]]
