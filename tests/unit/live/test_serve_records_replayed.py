@@ -18,9 +18,11 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.live.gateway_server import ServeConfig
+from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
 from kvbudget.live.serve_run import ServeSettings, serve
 from kvbudget.live.serve_upstream import UpstreamOptions
 from kvbudget.policies import make_policy
+from kvbudget.policies.request import Request as GatewayRequest
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import read_run
@@ -89,3 +91,24 @@ def test_a_serve_run_is_simulated_with_its_tiers_and_deadlines(tmp_path: Path) -
     sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
     # the simulated gateway refused the second at its deadline too, as the live one did
     assert list(sim["status"]) == ["completed", "expired"], sim[["status", "reason"]]
+
+
+def test_a_run_directory_serve_still_writes_is_said_open(tmp_path: Path) -> None:
+    """While ``kvbudget serve`` runs, its directory holds rows but no parquet files yet:
+    ``validate``/``calibrate``/``report`` said 'not a run directory (requests.parquet is
+    missing)', which it is; now they say it is open, how many rows it has, and when it closes."""
+    recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    request = GatewayRequest(request_id=0, tier="chat", arrival_s=1.0, prompt_tokens=5,
+                             max_output_tokens=8)
+    recorder.write(request_row(request, Outcome("completed", "", 8, 1.0, 1.1, 1.5, 13)), 1.5)
+    run_dir = tmp_path / "run-0001"
+    for args in (["validate", "--records", str(run_dir), "--out", str(tmp_path / "v")],
+                 ["report", str(run_dir), "--out", str(tmp_path / "r")]):
+        res = CliRunner().invoke(app, args)
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2 and said.startswith(
+            f"error: {run_dir}: is open: 1 request so far in requests.part.jsonl"), said
+        assert "--rotate-requests" in said and "Traceback" not in said
+    recorder.close(2.0)
+    assert read_recording(run_dir).counts["num_rows_read"] == 1
