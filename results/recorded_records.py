@@ -33,6 +33,7 @@ from kvbudget.results.recording import (
 )
 from kvbudget.results.run_parts import REQUESTS_PART, itl_means_of_parts
 from kvbudget.results.run_result import read_run
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 from kvbudget.workloads.traces import load_trace
@@ -471,6 +472,24 @@ def _deadlines(rec: Any, path: Path) -> FloatArray:
     return deadline
 
 
+def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
+    """For a ``kvbudget serve`` run: whose times its TTFT and E2E are (the gateway's, from each
+    body read, its admission wait in them) and how long the admitted requests waited."""
+    if meta.get("executor") != "serve":
+        return []
+    admitted = rec["admitted_s"].to_numpy(dtype=np.float64)
+    wait = (admitted - rec["arrival_s"].to_numpy(dtype=np.float64))[np.isfinite(admitted)]
+    waited = (f"the {counted(wait.size, 'admitted request')} waited {float(wait.mean()):.3g} s "
+              f"on average, {float(np.percentile(wait, 99)):.3g} s at p99"
+              if wait.size else "no request was admitted")
+    return [f"its times are kvbudget serve's, as the gateway saw them: from when it read each "
+            f"request's body to its first token and to its end (its clients saw them plus "
+            f"their own connection's time), so they hold the gateway's admission wait ({waited}"
+            "), which the simulation plays with the recorded policy, tiers and deadlines, and "
+            "its prompt count (the upstream's /tokenize round trip, where it counted so), which "
+            "the simulated front end's fixed time stands for"]
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -524,5 +543,6 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[""] * n, itl_mean=_itl_means(path, rec), config=config,
                        counts=counts,
-                       notes=[rules] if rules else [], output_measured=output)
+                       notes=([rules] if rules else []) + _gateway_times_said(meta, rec),
+                       output_measured=output)
     return replace(recording, workload=workload)

@@ -88,6 +88,10 @@ def test_a_serve_run_is_simulated_with_its_tiers_and_deadlines(tmp_path: Path) -
     assert res.exit_code == 0, res.output
     assert "tiers from the recording: chat up to 2,048 tokens, waits up to 5 s; bulk up to " \
         "4,096 tokens, waits without limit" in " ".join(res.output.split())
+    # whose times the measured side holds, and the gateway's own wait in them
+    assert "its times are kvbudget serve's, as the gateway saw them: from when it read each " \
+        "request's body" in " ".join(res.output.split())
+    assert "(the 1 admitted request waited " in " ".join(res.output.split())
     sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
     # the simulated gateway refused the second at its deadline too, as the live one did
     assert list(sim["status"]) == ["completed", "expired"], sim[["status", "reason"]]
