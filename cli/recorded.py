@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import typer
 
 from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
@@ -757,6 +758,28 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
                f"--max-output{tiers}{hint}", 1)
 
 
+def _admissions_as_recorded(setup: RecordedSetup) -> RecordedSetup:
+    """For a fit, the recorded requests that completed wait for admission in the simulation as
+    long as it takes, their recorded admission deadline (``kvbudget serve``'s ``deadline_s``)
+    dropped, said on stderr: which requests the gateway refused is the recording's fact, and
+    the fit is of the engine's times; a start model (or a step of the search) slower than the
+    server would otherwise pass the deadlines of requests the server served, and the fit would
+    be refused for the gateway's queue, not the engine."""
+    workload = setup.recording.workload
+    served = (setup.recording.measured["status"] == "completed").to_numpy()
+    pinned = served & np.isfinite(workload.deadline_s)
+    if not pinned.any():
+        return setup
+    typer.echo(fill(f"note: the {counted(int(pinned.sum()), 'completed request')} with a "
+                    "recorded admission deadline wait for admission in the fit's simulations "
+                    "as long as it takes (the deadlines kept for the requests refused at "
+                    "theirs): the fit is of the engine's times, not of the gateway's refusals"),
+               err=True)
+    deadline = np.where(pinned, np.inf, workload.deadline_s)
+    return replace(setup, recording=replace(setup.recording, workload=replace(
+        workload, deadline_s=deadline)))
+
+
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
                       max_evals: int, fit_overhead: bool, allow_refusals: bool = False,
                       allow_small: bool = False) -> None:
@@ -765,6 +788,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     does not lower its loss."""
     if out.suffix != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
+    setup = _admissions_as_recorded(setup)
     _describe_recording(setup)
     rows = None if holdout is None else setup.recording.fit_rows(holdout)
     first = simulate_recording(setup.recording, setup.config, policy=setup.simulated_policy,

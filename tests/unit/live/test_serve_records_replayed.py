@@ -116,3 +116,46 @@ def test_a_run_directory_serve_still_writes_is_said_open(tmp_path: Path) -> None
         assert "--rotate-requests" in said and "Traceback" not in said
     recorder.close(2.0)
     assert read_recording(run_dir).counts["num_rows_read"] == 1
+
+
+def _slow_run(root: Path, num: int = 4) -> Path:
+    """A serve run by hand: requests of 1,000 + 1,000 tokens in a 2,500-token budget, each
+    sent 1 ms after the last with a deadline of 30 ms and admitted when the one before it
+    ended, 100 tokens at 5,000 a second: the server was quick. A step model slower than that
+    server passes their deadlines."""
+    recorder = ServeRecorder(root, tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    recorder.sample({"time_s": 0.0, "kv_used_tokens": 0, "kv_reserved_tokens": 0,
+                     "kv_capacity_tokens": 2500, "num_running": 0, "num_waiting": 0,
+                     "num_preemptions": 0}, 0.0)
+    free = 0.0
+    for rid in range(num):
+        arrival = rid * 0.001
+        request = GatewayRequest(request_id=rid, tier="chat", arrival_s=arrival,
+                                 prompt_tokens=1000, max_output_tokens=1000,
+                                 deadline_s=arrival + 0.03)
+        admitted = max(arrival, free)
+        first = admitted + 0.002
+        free = first + 99 * 2e-4
+        recorder.write(request_row(request, Outcome(
+            "completed", "", 100, admitted, first, free, 2000, token_gaps_s=(2e-4,) * 99)),
+            free)
+    recorder.close(free)
+    return root / "run-0001"
+
+
+def test_calibrate_fits_the_engine_not_the_gateways_deadlines(tmp_path: Path) -> None:
+    """``calibrate --records`` of a serve run simulated each request with its recorded
+    admission deadline, so a start model slower than the server expired requests the server
+    served and the calibration was refused for the gateway's queue; the requests that
+    completed now wait as long as it takes in the fit (said), those refused keep theirs."""
+    run_dir = _slow_run(tmp_path / "runs")
+    res = CliRunner().invoke(app, [
+        "calibrate", "--records", str(run_dir), "--gpu", "H100-80GB", "--model",
+        "Llama-3.1-8B", "--max-evals", "1", "--allow-small-fit", "--out",
+        str(tmp_path / "cost.json")])
+    said = " ".join(res.output.split())
+    assert "did not complete" not in said, said
+    assert "note: the 4 completed requests with a recorded admission deadline wait for " \
+        "admission in the fit's simulations as long as it takes" in said, said
+    assert res.exit_code == 0, said
