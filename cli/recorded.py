@@ -305,9 +305,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add
         config = replace(config, frontend="none")
-    if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
-        config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
-    config, tiers_said = _recorded_tiers(recording, config)
+    config, tiers_said = _recorded_gateway(recording, config)
     if policy is not None:
         policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
@@ -338,13 +336,17 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          policy_given=policy is not None)
 
 
-def _recorded_tiers(recording: "Recording", config: "SimConfig"
+def _recorded_gateway(recording: "Recording", config: "SimConfig"
                     ) -> tuple["SimConfig", str]:
-    """The tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
+    """``config`` with the recorded gateway's budget (``kv_capacity_tokens``) where it has none,
+    and the tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
     no ``--scenario`` (nor ``--set``) gives tiers, and what is said of them: a run is
     simulated by the tiers it ran with, not the defaults, unsaid (its queue waits and size
     limits refuse other requests)."""
-    given = recording.config.get("tiers")
+    cfg = recording.config
+    if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
+        config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
+    given = cfg.get("tiers")
     if not isinstance(given, list):
         return config, ""
     try:
