@@ -55,6 +55,7 @@ from kvbudget.studies.validate import (
     NO_GATEWAY_SAID,
     recorded_policy,
     replay_problems,
+    served_refusals,
     simulate_recording,
     straight_to_server,
     validate_recording,
@@ -944,9 +945,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison", assumed=result.simulated.summary.get("assumed", ()))
-    said = time_limit_said(result.simulated.records)
-    if said:
-        typer.echo(fill(f"note: {said}"), err=True)
+    for said in (time_limit_said(result.simulated.records),
+                 served_refusals(setup.recording, result.simulated.records, rows)):
+        if said:
+            typer.echo(fill(f"note: {said}"), err=True)
     intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))

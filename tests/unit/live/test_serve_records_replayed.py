@@ -159,3 +159,32 @@ def test_calibrate_fits_the_engine_not_the_gateways_deadlines(tmp_path: Path) ->
     assert "note: the 4 completed requests with a recorded admission deadline wait for " \
         "admission in the fit's simulations as long as it takes" in said, said
     assert res.exit_code == 0, said
+
+
+def test_validate_says_the_requests_it_served_that_the_recording_refused(
+        tmp_path: Path) -> None:
+    """A run whose refusals the simulation does not make (here a serve run written before its
+    deadlines were kept: a request refused at its client's deadline of 0 s is simulated with
+    its tier's wait) exited 0 with 'completed 1 1 +0%': the comparison takes the requests the
+    recording completed, and the one the simulation served besides was seen nowhere. Said now."""
+    recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    recorder.sample({"time_s": 0.0, "kv_used_tokens": 0, "kv_reserved_tokens": 0,
+                     "kv_capacity_tokens": 2500, "num_running": 0, "num_waiting": 0,
+                     "num_preemptions": 0}, 0.0)
+    for rid, outcome in enumerate((
+            Outcome("completed", "", 100, 0.0, 0.05, 0.6, 1100, token_gaps_s=(5e-3,) * 99),
+            Outcome("expired", "deadline", 0, finished_s=0.001))):
+        request = GatewayRequest(request_id=rid, tier="chat", arrival_s=rid * 0.001,
+                                 prompt_tokens=1000, max_output_tokens=1000)
+        row = request_row(request, outcome)
+        del row["deadline_s"]  # as written before they were kept
+        recorder.write(row, 0.6)
+    recorder.close(0.6)
+    res = CliRunner().invoke(app, [
+        "validate", "--records", str(tmp_path / "run-0001"), "--gpu", "H100-80GB", "--model",
+        "Llama-3.1-8B", "--out", str(tmp_path / "v")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    assert "note: the simulation completed 1 of the 1 requests the recording shows not " \
+        "completed (1 expired (deadline)): they loaded the simulated server" in said, said
