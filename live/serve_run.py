@@ -145,6 +145,7 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig,
                                      settings.upstream.urls), "policy": policy.describe(),
                                      "router": settings.upstream.router,
                                      "tiers": [asdict(t) for t in gateway.tiers],
+                                     "count_tokens": settings.config.count_tokens,
                                      **told(servers or [])})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,

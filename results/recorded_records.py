@@ -472,6 +472,11 @@ def _deadlines(rec: Any, path: Path) -> FloatArray:
     return deadline
 
 
+COUNTING_SAID = {"upstream": "the upstream's /tokenize round trip",
+                 "local": "the gateway's own tokenizer", "bytes": ""}
+"""What a serve run's prompt count (``replay.json``'s ``count_tokens``) put in its times."""
+
+
 def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
     """For a ``kvbudget serve`` run: whose times its TTFT and E2E are (the gateway's, from each
     body read, its admission wait in them) and how long the admitted requests waited."""
@@ -482,12 +487,14 @@ def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
     waited = (f"the {counted(wait.size, 'admitted request')} waited {float(wait.mean()):.3g} s "
               f"on average, {float(np.percentile(wait, 99)):.3g} s at p99"
               if wait.size else "no request was admitted")
+    counting = COUNTING_SAID.get(str(meta.get("count_tokens")),
+                                 "the upstream's /tokenize round trip, where it counted so")
     return [f"its times are kvbudget serve's, as the gateway saw them: from when it read each "
             f"request's body to its first token and to its end (its clients saw them plus "
             f"their own connection's time), so they hold the gateway's admission wait ({waited}"
-            "), which the simulation plays with the recorded policy, tiers and deadlines, and "
-            "its prompt count (the upstream's /tokenize round trip, where it counted so), which "
-            "the simulated front end's fixed time stands for"]
+            "), which the simulation plays with the recorded policy, tiers and deadlines"
+            + ("" if not counting else f", and its prompt count ({counting}), which the "
+               "simulated front end's fixed time stands for")]
 
 
 def read_run_dir(path: Path, default_tier: str) -> Recording:

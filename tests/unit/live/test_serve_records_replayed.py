@@ -92,6 +92,8 @@ def test_a_serve_run_is_simulated_with_its_tiers_and_deadlines(tmp_path: Path) -
     assert "its times are kvbudget serve's, as the gateway saw them: from when it read each " \
         "request's body" in " ".join(res.output.split())
     assert "(the 1 admitted request waited " in " ".join(res.output.split())
+    # counted by the bytes bound: no count's time in them to say
+    assert "prompt count" not in " ".join(res.output.split())
     sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
     # the simulated gateway refused the second at its deadline too, as the live one did
     assert list(sim["status"]) == ["completed", "expired"], sim[["status", "reason"]]
