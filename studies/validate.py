@@ -282,7 +282,7 @@ def served_refusals(recording: Recording, simulated: pd.DataFrame,
     measured = recording.measured
     refused = (measured["status"] != "completed").to_numpy(dtype=bool)
     if rows is not None:
-        refused &= np.asarray(rows, dtype=bool)
+        refused = refused & np.asarray(rows, dtype=bool)
     ids = measured["request_id"].to_numpy()[refused]
     sim = simulated.set_index("request_id").reindex(ids)
     served = (sim["status"] == "completed").to_numpy(dtype=bool)

@@ -26,6 +26,7 @@ from kvbudget.policies.request import Request as GatewayRequest
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import read_run
+from kvbudget.studies.validate import served_refusals
 from tests.unit.live.serve_harness import FakeUpstream, serving, until
 
 pytestmark = pytest.mark.timeout(120)
@@ -190,3 +191,8 @@ def test_validate_says_the_requests_it_served_that_the_recording_refused(
     assert res.exit_code == 0, said
     assert "note: the simulation completed 1 of the 1 requests the recording shows not " \
         "completed (1 expired (deadline)): they loaded the simulated server" in said, said
+    # and of a hold-out part (rows): its mask taken, not written into the recording's column
+    recording = read_recording(tmp_path / "run-0001")
+    simulated = pd.DataFrame({"request_id": [0, 1], "status": ["completed"] * 2})
+    assert served_refusals(recording, simulated, np.array([False, True])) is not None
+    assert served_refusals(recording, simulated, np.array([True, False])) is None
