@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import typer
 
 from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
@@ -29,6 +30,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.fitted_on import fitted_for, fitted_model_said
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
+from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
 from kvbudget.results.recording import load_words
@@ -53,6 +55,7 @@ from kvbudget.studies.validate import (
     NO_GATEWAY_SAID,
     recorded_policy,
     replay_problems,
+    served_refusals,
     simulate_recording,
     straight_to_server,
     validate_recording,
@@ -307,8 +310,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add
         config = replace(config, frontend="none")
-    if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
-        config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
+    config, tiers_said = _recorded_gateway(recording, config)
     if policy is not None:
         policy_from_flags(policy, params)  # a bad name or parameter fails here
     elif params:
@@ -333,10 +335,37 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
                   else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
-                  "max_tokens" if max_output is not None else "")), err=True)
+                  "max_tokens" if max_output is not None else "") + tiers_said), err=True)
     _warn_sliding(recording, config)
     return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
                          policy_given=policy is not None)
+
+
+def _recorded_gateway(recording: "Recording", config: "SimConfig"
+                    ) -> tuple["SimConfig", str]:
+    """``config`` with the recorded gateway's budget (``kv_capacity_tokens``) where it has none,
+    and the tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
+    no ``--scenario`` (nor ``--set``) gives tiers, and what is said of them: a run is
+    simulated by the tiers it ran with, not the defaults, unsaid (its queue waits and size
+    limits refuse other requests)."""
+    cfg = recording.config
+    if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
+        config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
+    given = cfg.get("tiers")
+    if not isinstance(given, list):
+        return config, ""
+    try:
+        tiers = tuple(TierConfig(**t) for t in given)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"{recording.path}: replay.json: tiers: {exc}") from None
+    if config.tiers is not DEFAULT_TIERS:
+        same = tiers == config.tiers
+        return config, ("" if same else "; the --scenario's tiers, not those the run admitted "
+                        f"by ({', '.join(t.name for t in tiers)})")
+    return replace(config, tiers=tiers), "; tiers from the recording: " + "; ".join(
+        f"{t.name} up to {t.max_sequence_tokens:,} tokens, " + (
+            "waits without limit" if t.queue_timeout_s is None
+            else f"waits up to {t.queue_timeout_s:g} s") for t in tiers)
 
 
 def _for_engine(recording: "Recording", config: "SimConfig") -> "Recording":
@@ -747,6 +776,28 @@ def check_replay(setup: RecordedSetup, simulated: Any, rows: Any, *, allow_refus
                f"--max-output{tiers}{hint}", 1)
 
 
+def _admissions_as_recorded(setup: RecordedSetup) -> RecordedSetup:
+    """For a fit, the recorded requests that completed wait for admission in the simulation as
+    long as it takes, their recorded admission deadline (``kvbudget serve``'s ``deadline_s``)
+    dropped, said on stderr: which requests the gateway refused is the recording's fact, and
+    the fit is of the engine's times; a start model (or a step of the search) slower than the
+    server would otherwise pass the deadlines of requests the server served, and the fit would
+    be refused for the gateway's queue, not the engine."""
+    workload = setup.recording.workload
+    served = (setup.recording.measured["status"] == "completed").to_numpy()
+    pinned = served & np.isfinite(workload.deadline_s)
+    if not pinned.any():
+        return setup
+    typer.echo(fill(f"note: the {counted(int(pinned.sum()), 'completed request')} with a "
+                    "recorded admission deadline wait for admission in the fit's simulations "
+                    "as long as it takes (the deadlines kept for the requests refused at "
+                    "theirs): the fit is of the engine's times, not of the gateway's refusals"),
+               err=True)
+    deadline = np.where(pinned, np.inf, workload.deadline_s)
+    return replace(setup, recording=replace(setup.recording, workload=replace(
+        workload, deadline_s=deadline)))
+
+
 def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: float | None,
                       max_evals: int, fit_overhead: bool, allow_refusals: bool = False,
                       allow_small: bool = False) -> None:
@@ -755,6 +806,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     does not lower its loss."""
     if out.suffix != ".json":
         raise CliError(f"{out}: the cost-model file must end in .json")
+    setup = _admissions_as_recorded(setup)
     _describe_recording(setup)
     rows = None if holdout is None else setup.recording.fit_rows(holdout)
     first = simulate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
@@ -908,9 +960,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison", assumed=result.simulated.summary.get("assumed", ()))
-    said = time_limit_said(result.simulated.records)
-    if said:
-        typer.echo(fill(f"note: {said}"), err=True)
+    for said in (time_limit_said(result.simulated.records),
+                 served_refusals(setup.recording, result.simulated.records, rows)):
+        if said:
+            typer.echo(fill(f"note: {said}"), err=True)
     intervals = (cal.intervals_on(setup.recording.records(), rows) if cal is not None
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))

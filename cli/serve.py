@@ -188,6 +188,8 @@ def settings_from_flags(upstream: list[str], scenario: Path | None, policy: str 
                          drain_timeout_s=drain_timeout_s, watch=scenario,
                          capacity_tokens=capacity, front_door=front_door,
                          lease_ttl_s=lease_ttl_s,
+                         capacity_from="--capacity-tokens" if capacity_tokens is not None
+                         else f"the scenario's gateway_capacity_tokens ({scenario})",
                          reload=None if scenario is None else _reloader(
                              scenario, policy, capacity_tokens is None and capacity is not None))
 

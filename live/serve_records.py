@@ -61,7 +61,8 @@ class Outcome:
 
 def request_row(request: Request, outcome: Outcome,
                 max_tokens: int | None = None) -> dict[str, Any]:
-    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them); its
+    """One row of the records table (TTFT, TPOT and E2E as vLLM defines them; ``deadline_s``
+    the admission deadline it was given, the tier's or its client's shorter one); its
     ``max_output_tokens`` is ``max_tokens`` where given (what the request declared:
     :meth:`ServeRecorder.write_request`), else the reservation's."""
     ttft = outcome.first_token_s - request.arrival_s
@@ -77,6 +78,7 @@ def request_row(request: Request, outcome: Outcome,
         "finished_s": outcome.finished_s, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e,
         "num_preemptions": outcome.num_preemptions, "reserved_tokens": outcome.reserved_tokens,
         "error": outcome.error, TOKEN_GAPS_KEY: list(outcome.token_gaps_s),
+        "deadline_s": math.nan if request.deadline_s is None else request.deadline_s,
     }
 
 
@@ -209,25 +211,28 @@ class ServeRecorder:
             meta = {}
         given = meta.get("policy") if isinstance(meta, dict) else None
         policy: Mapping[str, Any] = given if isinstance(given, dict) else self.policy
+        tiers = _recorded_tiers(meta)
         timeline = read_jsonl(path / TIMELINE_PART)
         capacity = max((int(r.get("kv_capacity_tokens") or 1) for r in timeline), default=1)
         times = [float(r["time_s"]) for r in timeline if "time_s" in r]
         self._finish(path, policy, capacity, max(times) - min(times) if times else 0.0, [
             "closed when kvbudget serve next started, from the rows written before the gateway "
             "stopped without closing it (killed or crashed): requests in flight then are not "
-            "in it, and its tiers are the restarted gateway's"])
+            "in it" + ("" if tiers else ", and its tiers are the restarted gateway's")],
+            tiers or self.tiers)
         self.recovered.append(path)
         log.warning("%s was left open by a gateway that did not stop cleanly: closed now "
                     "from its rows", path)
 
     def _finish(self, path: Path, policy: Mapping[str, Any], capacity_tokens: int,
-                wall_time_s: float, assumed: list[str]) -> None:
+                wall_time_s: float, assumed: list[str],
+                tiers: Sequence[TierConfig] | None = None) -> None:
         records, timeline = read_parts(path)
         gaps = token_gaps_of_parts(path)
         summary = summarize(
             {str(c): records[c].to_numpy() for c in records.columns},
             {str(c): timeline[c].to_numpy() for c in timeline.columns},
-            tiers=self.tiers, kv_capacity_tokens=capacity_tokens,
+            tiers=self.tiers if tiers is None else tiers, kv_capacity_tokens=capacity_tokens,
             policy=str(policy.get("name", "")), seed=0, wall_time_s=wall_time_s,
             token_gaps=gaps,
             extra={"executor": "serve", "policy_params": _plain(policy),
@@ -239,6 +244,16 @@ class ServeRecorder:
                    "complete": True, **({"assumed": assumed} if assumed else {})},
         )
         write_outputs(path, records, timeline, summary, None, gaps)
+
+
+def _recorded_tiers(meta: Any) -> tuple[TierConfig, ...]:
+    """The tiers a directory's ``replay.json`` says its gateway admitted by (none where it does
+    not say them, or says them wrong: a version before they were kept, a damaged file)."""
+    given = meta.get("tiers") if isinstance(meta, dict) else None
+    try:
+        return tuple(TierConfig(**t) for t in given) if isinstance(given, list) else ()
+    except (TypeError, ValueError):
+        return ()
 
 
 def _plain(value: Any) -> Any:

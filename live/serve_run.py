@@ -15,8 +15,8 @@ import math
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -36,6 +36,7 @@ from kvbudget.live.server_metrics import EngineSnapshot
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, Gateway, GatewayConfig
 from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
+from kvbudget.workloads.fetch import is_loopback_host
 
 MAX_HEADER_BYTES = 64 * 1024
 """The largest request head the gateway accepts (h11's own default is 16 KiB): beyond it the
@@ -70,6 +71,9 @@ class ServeSettings:
     front_door: FrontDoor | None = None
     lease_ttl_s: float | None = None
     reload: Callable[[], Reloaded] | None = None
+    capacity_from: str = "--capacity-tokens"
+    """Where a given ``capacity_tokens`` came from (the flag, or the scenario's
+    ``gateway_capacity_tokens``), said as the gateway starts."""
 
     def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
                 ) -> GatewayConfig:
@@ -128,7 +132,7 @@ def request_cap_said(urls: Sequence[str], snaps: Sequence[EngineSnapshot], cap: 
 def build_server(settings: ServeSettings, gateway: GatewayConfig,
                  servers: list[dict[str, Any]] | None = None) -> GatewayServer:
     """The app, its admission over a fresh :class:`Gateway`, and its run directories (whose
-    ``replay.json`` keeps what the upstreams said of themselves, ``servers``: a lone
+    ``replay.json`` keeps the tiers it admits by and what the upstreams said of themselves, ``servers``: a lone
     upstream's as ``server``, as a replay's, read back as the recording's settings; at the
     start, and again when an upstream changes them:
     :class:`~kvbudget.live.serve_settings.UpstreamSettings`)."""
@@ -140,6 +144,8 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig,
                                  meta={"executor": "serve", "upstreams": list(
                                      settings.upstream.urls), "policy": policy.describe(),
                                      "router": settings.upstream.router,
+                                     "tiers": [asdict(t) for t in gateway.tiers],
+                                     "count_tokens": settings.config.count_tokens,
                                      **told(servers or [])})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,
@@ -205,8 +211,42 @@ def _counted_by(config: ServeConfig) -> str:
         return (f"the local tokenizer {config.tokenizer.name} (exact when it is the served "
                 "model's)")
     if config.count_tokens == "upstream":
-        return "the upstream /tokenize"
-    return "a bound of one token a UTF-8 byte"
+        return "the upstream /tokenize (exact: the served model's own count)"
+    return ("a bound of one token a UTF-8 byte plus 16 (never fewer than the tokenizer's: it "
+            "over-reserves, about 4x for English text)")
+
+
+def _capacity_said(settings: ServeSettings) -> str:
+    """Where the budget comes from, for the start line."""
+    period = settings.config.capacity_period_s
+    if settings.capacity_tokens is None:
+        return ("the upstreams' KV, vllm:cache_config_info on their /metrics"
+                + ("" if period is None else f", read again every {period:g} s"))
+    return settings.capacity_from
+
+
+def _admission_said(settings: ServeSettings, policy: Mapping[str, Any]) -> str:
+    """The policy the gateway admits by, and how a request's tier is told: its API key or the
+    tier header (whom that trusts), and that clients' keys are not passed upstream."""
+    params = ", ".join(f"{k} {v}" for k, v in policy.items() if k != "name")
+    config = settings.config
+    keys = f"{len(config.keys.digests)} key" + ("s" if len(config.keys.digests) != 1 else "")
+    if config.keys.digests and config.trust_tier_header:
+        tier = (f"its API key (--keys: {keys}), else, with no key, its x-kvbudget-tier "
+                f"header (--trust-tier-header), {config.default_tier} without one; an unknown "
+                "key gets 401")
+    elif config.keys.digests:
+        tier = f"its API key (--keys: {keys}; a missing or unknown key gets 401)"
+    else:
+        tier = ("its x-kvbudget-tier header, trusted (no --keys, " + (
+            "a loopback address" if is_loopback_host(settings.host) else "--trust-tier-header")
+            + f"), {config.default_tier} without one; no API key is checked")
+    return (f"policy {policy.get('name')}" + (f" ({params})" if params else "")
+            + (f" from {settings.watch} (reloaded on SIGHUP or when it changes)"
+               if settings.watch else "")
+            + f"; a request's tier is {tier}; clients' API keys are not passed upstream ("
+            + ("--upstream-api-key is sent" if settings.upstream.api_key else "it gets none")
+            + ")")
 
 
 def _tiers_said(tiers: tuple[TierConfig, ...]) -> str:
@@ -344,8 +384,10 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     host, port = sock.getsockname()[:2]
     announce(f"kvbudget serve: listening on http://{host}:{port} "
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
-             f"{gateway.capacity_tokens} tokens; prompt tokens counted by "
-             f"{_counted_by(settings.config)})")
+             f"{gateway.capacity_tokens} tokens, {_capacity_said(settings)}; prompt tokens "
+             f"counted by {_counted_by(settings.config)})")
+    described = server.admission.gateway.policy.describe()
+    announce(f"kvbudget serve: {_admission_said(settings, described)}")
     if largest is not None and snaps is not None:
         announce(f"kvbudget serve: {request_cap_said(settings.upstream.urls, snaps, largest)}")
     announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")

@@ -33,6 +33,7 @@ from kvbudget.results.recording import (
 )
 from kvbudget.results.run_parts import REQUESTS_PART, itl_means_of_parts
 from kvbudget.results.run_result import read_run
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 from kvbudget.workloads.traces import load_trace
@@ -432,6 +433,8 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> di
             config[key] = knobs[key]
     if "kv_capacity_tokens" in meta:
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    if isinstance(meta.get("tiers"), list):  # kvbudget serve's: what it admitted by
+        config["tiers"] = meta["tiers"]
     config.update(server_config(meta.get("server") or {}, config, (path, "server")))
     config.update(serve_fleet(meta, config, path))
     return config
@@ -451,6 +454,47 @@ def _itl_means(path: Path, rec: Any) -> FloatArray | None:
         return itl_means_of_parts(path, rec)
     except ValueError as exc:
         raise TraceError(None, str(exc)) from None
+
+
+def _deadlines(rec: Any, path: Path) -> FloatArray:
+    """Each request's admission deadline as the gateway that ran it gave it (``kvbudget
+    serve``'s ``deadline_s``: its tier's wait or its client's shorter
+    ``x-kvbudget-deadline-s``), NaN where the run has none (its tier's ``queue_timeout_s``
+    then applies in the simulation)."""
+    if "deadline_s" not in rec.columns:
+        return np.full(len(rec), np.nan)
+    deadline: FloatArray = rec["deadline_s"].to_numpy(dtype=np.float64)
+    early = deadline < rec["arrival_s"].to_numpy(dtype=np.float64)
+    if early.any():
+        row = int(np.flatnonzero(early)[0])
+        raise TraceError(path / "requests.parquet", f"request {rec['request_id'].iat[row]}: "
+                         f"{deadline[row]!r} is before its arrival_s", field="deadline_s")
+    return deadline
+
+
+COUNTING_SAID = {"upstream": "the upstream's /tokenize round trip",
+                 "local": "the gateway's own tokenizer", "bytes": ""}
+"""What a serve run's prompt count (``replay.json``'s ``count_tokens``) put in its times."""
+
+
+def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
+    """For a ``kvbudget serve`` run: whose times its TTFT and E2E are (the gateway's, from each
+    body read, its admission wait in them) and how long the admitted requests waited."""
+    if meta.get("executor") != "serve":
+        return []
+    admitted = rec["admitted_s"].to_numpy(dtype=np.float64)
+    wait = (admitted - rec["arrival_s"].to_numpy(dtype=np.float64))[np.isfinite(admitted)]
+    waited = (f"the {counted(wait.size, 'admitted request')} waited {float(wait.mean()):.3g} s "
+              f"on average, {float(np.percentile(wait, 99)):.3g} s at p99"
+              if wait.size else "no request was admitted")
+    counting = COUNTING_SAID.get(str(meta.get("count_tokens")),
+                                 "the upstream's /tokenize round trip, where it counted so")
+    return [f"its times are kvbudget serve's, as the gateway saw them: from when it read each "
+            f"request's body to its first token and to its end (its clients saw them plus "
+            f"their own connection's time), so they hold the gateway's admission wait ({waited}"
+            "), which the simulation plays with the recorded policy, tiers and deadlines"
+            + ("" if not counting else f", and its prompt count ({counting}), which the "
+               "simulated front end's fixed time stands for")]
 
 
 def read_run_dir(path: Path, default_tier: str) -> Recording:
@@ -478,13 +522,14 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     tier_names = tuple(dict.fromkeys(rec["tier"].astype(str).tolist())) or (default_tier,)
     codes = np.array([tier_names.index(t) for t in rec["tier"].astype(str)], dtype=np.int16)
     arrival = rec["arrival_s"].to_numpy(dtype=np.float64)
+    shift = float(arrival.min()) if float(arrival.min()) < 0 else 0.0
     workload = Workload(
-        arrival_s=arrival - float(arrival.min()) if float(arrival.min()) < 0 else arrival,
+        arrival_s=arrival - shift,
         prompt_tokens=rec["prompt_tokens"].to_numpy(dtype=np.int64),
         output_tokens=offered,
         max_output_tokens=np.maximum(max_output, offered),
         tier=codes, tier_names=tier_names,
-        deadline_s=np.full(n, np.nan),
+        deadline_s=_deadlines(rec, path) - shift,
         request_id=rec["request_id"].to_numpy(dtype=np.int64),
         name=path.name, meta={"source": str(path), "format": "run"},
     )
@@ -505,5 +550,6 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[""] * n, itl_mean=_itl_means(path, rec), config=config,
                        counts=counts,
-                       notes=[rules] if rules else [], output_measured=output)
+                       notes=([rules] if rules else []) + _gateway_times_said(meta, rec),
+                       output_measured=output)
     return replace(recording, workload=workload)

@@ -312,12 +312,16 @@ and decode replica of each request's last attempt (-1: not reached) and when its
 started and ended moving over the link (NaN: it did not move). A colocated run has none."""
 
 OPTIONAL_RECORD_COLUMNS: Final[dict[str, str]] = {"num_attempts": "int64",
-                                                  **DISAGG_RECORD_COLUMNS}
+                                                  **DISAGG_RECORD_COLUMNS,
+                                                  "deadline_s": "float64"}
 """Columns a run has when its clients are modelled (a ``[clients]`` table, ``--clients`` or a
 per-request timeout): ``num_attempts`` counts the attempts the client sent (1: no retry). The
 row stays one per request: ``arrival_s`` is its first attempt's, ``status`` its final answer,
 and ``ttft_s``/``e2e_s`` count from the first attempt, as its user experienced them. And
-:data:`DISAGG_RECORD_COLUMNS` in a disaggregated run."""
+:data:`DISAGG_RECORD_COLUMNS` in a disaggregated run. ``deadline_s`` (a ``kvbudget serve`` run's):
+when the gateway would stop waiting to admit the request, on the run's clock (its tier's
+``queue_timeout_s`` after its arrival, or the shorter ``x-kvbudget-deadline-s`` its client sent;
+NaN: it could wait without limit), which a simulation of the run's requests gives them."""
 
 ATTEMPT_COLUMNS: Final[dict[str, str]] = {
     "request_id": "int64",

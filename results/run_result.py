@@ -23,6 +23,7 @@ from kvbudget.results.records import (
     TOKEN_GAP_COLUMNS,
     check_columns,
 )
+from kvbudget.results.run_parts import REQUESTS_PART
 from kvbudget.results.said import setting_lines
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.max_output import MAX_TOKENS
@@ -344,6 +345,22 @@ def run_files(run_dir: Path) -> list[str]:
                               SUMMARY_FILE) if (run_dir / name).is_file()]
 
 
+def _open_said(run_dir: Path) -> str | None:
+    """What a run directory still open says (``requests.part.jsonl`` written as requests end,
+    its parquet files and summary not yet), or ``None``: it is no run directory at all."""
+    part = run_dir / REQUESTS_PART
+    if not part.is_file() or (run_dir / REQUESTS_FILE).exists():
+        return None
+    with part.open("rb") as rows:
+        num_rows = sum(1 for line in rows if line.strip())
+    return (f"is open: {counted(num_rows, 'request')} so far in {REQUESTS_PART}, its "
+            f"{REQUESTS_FILE} and {SUMMARY_FILE} not yet written. The kvbudget serve (or "
+            "replay) writing it is still running, or stopped without closing it: serve closes "
+            "a directory at --rotate-requests requests and when it stops (SIGTERM), and one it "
+            "left open (killed) when it next starts with the same --out; a replay closes its "
+            "own with --resume")
+
+
 def read_run(run_dir: Path) -> RunResult:
     """Read a run directory written by :meth:`RunResult.write` (simulated or replayed).
 
@@ -361,7 +378,8 @@ def read_run(run_dir: Path) -> RunResult:
             "a file, not a directory" if run_dir.exists() else "no such directory") + ")")
     for p in paths:
         if not p.is_file():
-            raise FileNotFoundError(f"{run_dir}: not a run directory ({p.name} is missing)")
+            raise FileNotFoundError(f"{run_dir}: " + (_open_said(run_dir) or (
+                f"not a run directory ({p.name} is missing)")))
     req = _read_table(paths[0], pq)
     tl = _read_table(paths[1], pq)
     check_columns(req.column_names, RECORD_COLUMNS, f"{paths[0]}: records")

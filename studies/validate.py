@@ -272,6 +272,30 @@ def replay_problems(recording: Recording, simulated: pd.DataFrame,
             f"{100 * max_loss:g} %): {said}")
 
 
+def served_refusals(recording: Recording, simulated: pd.DataFrame,
+                    rows: npt.NDArray[np.bool_] | None = None) -> str | None:
+    """One line saying how many of the requests the recording shows not completed (refused by
+    a gateway or the server, failed; of ``rows``) the simulation completed, by the recorded
+    status, or None when it completed none: the comparison takes only the requests the
+    recording completed, so these are seen nowhere else, though they loaded the simulated
+    server and not the real one."""
+    measured = recording.measured
+    refused = (measured["status"] != "completed").to_numpy(dtype=bool)
+    if rows is not None:
+        refused = refused & np.asarray(rows, dtype=bool)
+    ids = measured["request_id"].to_numpy()[refused]
+    sim = simulated.set_index("request_id").reindex(ids)
+    served = (sim["status"] == "completed").to_numpy(dtype=bool)
+    if not served.any():
+        return None
+    why = measured["status"].to_numpy()[refused][served]
+    counts = {str(w): int((why == w).sum()) for w in dict.fromkeys(why.tolist())}
+    return (f"the simulation completed {int(served.sum())} of the {ids.size} requests the "
+            "recording shows not completed (" + "; ".join(f"{n} {w}" for w, n in counts.items())
+            + "): they loaded the simulated server and not the real one, and no row of the "
+            "comparison, which takes the requests the recording completed, shows them")
+
+
 def validate_recording(recording: Recording, config: SimConfig, *, policy: str | None = None,
                        policy_params: Mapping[str, Any] | None = None,
                        cost_model: CostModel | None = None,

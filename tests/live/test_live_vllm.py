@@ -550,6 +550,11 @@ def test_vllm_bench_serve_through_kvbudget_serve(vllm_server: VllmServer, tiny_m
     assert served.config["num_gpu_blocks"] == USABLE_KV_TOKENS // 128
     assert served.config["enable_prefix_caching"] is False
     assert served.config["max_model_len"] == 1024 and served.config["policy"] == "conservative"
+    # the tiers it admitted by and each request's admission deadline (the default interactive
+    # tier's 10 s wait), which validate/calibrate --records simulate it with
+    assert [t["name"] for t in served.config["tiers"]] == ["interactive", "batch"]
+    waits = served.workload.deadline_s - served.workload.arrival_s
+    assert waits == pytest.approx([10.0] * 8)
     run = read_run(tmp_path / "runs" / "run-0001")
     assert (run.records["status"] == "completed").all()
     assert (run.records["output_tokens"] == 16).all()  # settled from vLLM's usage

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -1114,6 +1114,25 @@ def test_a_run_directory_left_open_is_closed_at_the_next_start(tmp_path: Path) -
     assert any("stopped without closing it" in a for a in run_.summary["assumed"])
     again.write(request_row(request, Outcome("completed", "", 8, 1.0, 1.1, 1.5, 13)), 3.0)
     assert again.close(3.0) == tmp_path / "run-0002"
+
+
+def test_a_directory_left_open_is_summarized_by_its_own_tiers(tmp_path: Path) -> None:
+    """A directory left open was closed with the restarted gateway's tiers (its summary's tier
+    SLOs and per-tier figures), said as assumed, though its replay.json keeps its own."""
+    own = (TierConfig("chat", ttft_s=0.1), TierConfig("bulk", priority=1))
+    first = ServeRecorder(tmp_path, tiers=own, policy={"name": "conservative"},
+                          rotate_requests=100, meta={"tiers": [asdict(t) for t in own]})
+    request = GatewayRequest(request_id=0, tier="chat", arrival_s=1.0, prompt_tokens=5,
+                             max_output_tokens=8)
+    first.write(request_row(request, Outcome("completed", "", 8, 1.0, 1.5, 1.6, 13)), 1.6)
+    assert first._run is not None
+    first._run.close()  # killed
+    ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"}, rotate_requests=100,
+                  meta={})
+    summary = read_run(tmp_path / "run-0001").summary
+    assert list(summary["tiers"]) == ["chat", "bulk"]
+    assert summary["tiers"]["chat"]["slo_attainment"] == 0.0  # its TTFT 0.5 s over 0.1 s
+    assert not any("restarted gateway's" in a for a in summary["assumed"])
 
 
 def test_the_timeline_counts_the_engines_preemptions_not_the_gateways(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from kvbudget.live.gateway_server import ServeConfig
+from kvbudget.live.serve_request import KeyTable, key_digest
 from kvbudget.live.serve_run import ServeSettings, serve
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server_metrics import snapshot
@@ -119,3 +120,63 @@ def test_serve_reads_each_upstreams_metrics_once_at_the_start() -> None:
     said = [line for line in lines if "a request reserves at most" in line]
     assert len(said) == 1 and "524,160 tokens" in said[0] and \
         "2 data-parallel engines" in said[0], lines
+
+
+def _start_lines(settings: ServeSettings, fake: FakeUpstream) -> list[str]:
+    """What ``serve`` says as it starts, up to its last start line; then it is stopped as
+    SIGTERM would stop it."""
+    lines: list[str] = []
+
+    async def main() -> None:
+        async with serving(fake.app()) as up:
+            def announce(line: str) -> None:
+                lines.append(line)
+                if "a request without max_tokens" in line:  # the last line always said
+                    asyncio.get_running_loop().call_soon(stop)
+
+            def stop() -> None:
+                handler = signal.getsignal(signal.SIGTERM)
+                assert callable(handler)
+                handler(signal.SIGTERM, None)
+
+            async with asyncio.timeout(30):
+                await serve(replace(settings, upstream=replace(settings.upstream, urls=(up,))),
+                            announce)
+
+    asyncio.run(main())
+    return lines
+
+
+def test_serve_says_where_its_budget_policy_and_tiers_come_from() -> None:
+    """The start lines said the capacity's figure, not whence (the upstreams' /metrics, the
+    flag, the scenario), nor the policy it admits by, nor how a request's tier is told and
+    whether a key is checked: a user could not tell what the gateway assumed."""
+    page = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="101"} 1.0\n'
+    settings = ServeSettings(
+        tiers=TIERS, new_policy=lambda: make_policy("overcommit", {"overcommit_ratio": 0.5}),
+        upstream=UpstreamOptions(("http://unused",)),
+        config=ServeConfig(count_tokens="bytes", trust_tier_header=True, capacity_period_s=7.0),
+        port=0, drain_timeout_s=1.0)
+    lines = _start_lines(settings, PagedUpstream(page=page))
+    assert ("capacity 1600 tokens, the upstreams' KV, vllm:cache_config_info on their "
+            "/metrics, read again every 7 s; prompt tokens counted by a bound of one token a "
+            "UTF-8 byte plus 16 (never fewer than the tokenizer's: it over-reserves") in lines[0]
+    said = next(line for line in lines if "policy " in line)
+    assert said.startswith("kvbudget serve: policy overcommit (") and \
+        "overcommit_ratio 0.5" in said, said
+    assert ("a request's tier is its x-kvbudget-tier header, trusted (no --keys, a loopback "
+            "address), interactive without one; no API key is checked; clients' API keys are "
+            "not passed upstream (it gets none)") in said
+
+    keys = KeyTable.parse(f"{key_digest('sk-a')} batch\n", "keys.txt", {t.name: t for t in TIERS})
+    given = replace(settings, capacity_tokens=4000, capacity_from="--capacity-tokens",
+                    config=ServeConfig(count_tokens="upstream", keys=keys),
+                    upstream=UpstreamOptions(("http://unused",), api_key="up-secret"))
+    lines = _start_lines(given, FakeUpstream())
+    assert ("capacity 4000 tokens, --capacity-tokens; prompt tokens counted by the upstream "
+            "/tokenize (exact") in lines[0], lines[0]
+    said = next(line for line in lines if "policy " in line)
+    assert ("a request's tier is its API key (--keys: 1 key; a missing or unknown key gets "
+            "401); clients' API keys are not passed upstream (--upstream-api-key is sent)") \
+        in said, said
+    assert "up-secret" not in "".join(lines)
