@@ -187,8 +187,9 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     fitted = read_fitted_on(path, payload)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
-            f"{path} does not record the GPU and model it was fitted on (an older file): "
-            f"cannot check it against {target.label()}",))
+            f"{path} does not record the GPU and model it was fitted on (a file from "
+            "calibrate --url or profile without --gpu or of a model kvbudget does not bundle, "
+            f"or an older one): cannot check it against {target.label()}",))
     same_model, same_gpu, same_parallel, same_kv = _sameness(fitted, target)
     if same_model and same_gpu and same_parallel and same_kv:
         return CheckedCostModel(loaded, overhead)

@@ -145,6 +145,8 @@ def test_an_older_file_loads_with_a_note_that_it_cannot_be_checked(records: Path
     assert res.exit_code == 0, res.output
     notes = [line for line in res.stderr.splitlines() if "cannot check" in line]
     assert len(notes) == 1 and str(path) in notes[0] and "Qwen3-8B" in notes[0]
+    # not only an older file: calibrate --url without --gpu writes one too (it was said older)
+    assert "calibrate --url or profile without --gpu" in " ".join(res.stderr.split())
 
 
 def test_the_scenario_field_asks_for_the_transfer(tmp_path: Path) -> None:
