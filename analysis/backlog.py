@@ -23,11 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.said import fill
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 
 __all__ = ["Backlog", "backlog", "load_said"]
+
+FloatArray = npt.NDArray[np.float64]
 
 SHED = ("rejected_overloaded", "expired", "preempted_dropped", "client_timeout")
 """Statuses of requests a run did not serve for want of capacity (a too-large request is
@@ -48,6 +51,7 @@ class Backlog:
     num_offered: int
     halves: tuple[int, int] = (0, 0)
     """The arrivals in the first and second half of the arrival window."""
+    num_completed: int = 0
 
     @property
     def grew(self) -> bool:
@@ -65,23 +69,41 @@ class Backlog:
         return 1 if second > first else -1
 
 
+def _left_s(record_columns: Mapping[str, Any], arrival: FloatArray) -> FloatArray:
+    """When each request left the system: its finish, else (refused, expired, dropped: no
+    finish) the last time its record shows it there, its arrival, admission or first token
+    (one refused on arrival, too large or overloaded, was never in it; one that waited to
+    expire is counted gone from its arrival: the shed count says those)."""
+    left = np.asarray(record_columns["finished_s"], dtype=float).copy()
+    gone = np.isnan(left)
+    if gone.any():
+        seen = arrival[gone]
+        for name in ("admitted_s", "first_token_s"):
+            if name in record_columns:
+                seen = np.fmax(seen, np.asarray(record_columns[name], dtype=float)[gone])
+        left[gone] = seen
+    return left
+
+
 def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     """The :class:`Backlog` of a run's record columns (``arrival_s``, ``finished_s``,
-    ``status``); None below two arrivals or where they all came at once."""
+    ``status``; ``admitted_s`` and ``first_token_s`` where present); None below two arrivals or
+    where they all came at once."""
     arrival = np.asarray(record_columns["arrival_s"], dtype=float)
     if len(arrival) < 2 or not arrival.max() > arrival.min():
         return None
-    finished = np.asarray(record_columns["finished_s"], dtype=float)
+    left = _left_s(record_columns, arrival)
     status = np.asarray(record_columns["status"]).astype(str)
     first, last = float(arrival.min()), float(arrival.max())
 
-    def in_system(t: float) -> int:  # arrived by t and not finished by t (NaN: never)
-        return int(np.sum((arrival <= t) & ~(finished <= t)))
+    def in_system(t: float) -> int:  # arrived by t and not gone by t
+        return int(np.sum((arrival <= t) & (left > t)))
 
     mid = (first + last) / 2
     num_first = int(np.sum(arrival < mid))
     return Backlog(in_system(mid), in_system(last), int(np.isin(status, SHED).sum()),
-                   len(arrival), (num_first, len(arrival) - num_first))
+                   len(arrival), (num_first, len(arrival) - num_first),
+                   int(np.sum(status == "completed")))
 
 
 def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
@@ -105,7 +127,10 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> 
             f"midpoint, {b.at_end:,} at the last arrival{drained}")
     shed = (f"; {b.num_shed:,} of {b.num_offered:,} ({b.num_shed / b.num_offered:.0%}) shed "
             "(refused as overloaded, expired or dropped)") if b.num_shed else ""
-    if b.grew:
+    if not b.num_completed:
+        verdict = ("no request completed (the table's refused and expired columns say why): "
+                   "this run says nothing of the load the simulated deployment sustains")
+    elif b.grew:
         verdict = ("the backlog grew: requests arrived faster than they finished, so this load "
                    "is past what the simulated deployment sustains under this policy")
     elif b.num_shed:

@@ -784,9 +784,22 @@ def test_simulate_on_a_trace_says_whether_the_gpu_kept_up(tmp_path: Path) -> Non
     load = [line for line in _lines(stdout) if line.startswith("load: ")]
     assert len(load) == 1 and load[0].startswith("load: 2 req/s offered"), stdout
     assert "the backlog stayed level: the simulated deployment kept up with this load" in load[0]
-    # the same requests on a KV cache that holds two of them at once: they pile up
+    # longer answers (500 tokens, max_tokens 500) on a KV cache that holds one at a time: they
+    # pile up (the test once gave these requests the default max_tokens, too large for the
+    # cache: every one refused, which the backlog counted in the system for ever)
+    slow = tmp_path / "slow.csv"
+    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i * 0.5},500,500,500\n" for i in range(121)))
+    code, stdout, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70",
+                               "--policy", "unlimited")
+    assert code == 0, stderr
+    assert "too large" not in stdout, stdout
+    load = [line for line in _lines(stdout) if line.startswith("load: ")]
+    assert len(load) == 1 and "the backlog grew" in load[0] and "kept up" not in load[0], stdout
+    # the first trace's requests on that cache: all refused as too large, nothing to judge
     code, stdout, stderr = run("simulate", "--trace", str(trace), "--num-gpu-blocks", "70",
                                "--policy", "unlimited")
     assert code == 0, stderr
     load = [line for line in _lines(stdout) if line.startswith("load: ")]
-    assert len(load) == 1 and "the backlog grew" in load[0] and "kept up" not in load[0], stdout
+    assert len(load) == 1 and "no request completed" in load[0], stdout
+    assert "grew" not in load[0] and "kept up" not in load[0], stdout

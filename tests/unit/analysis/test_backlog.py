@@ -26,7 +26,7 @@ def test_a_level_backlog_kept_up_and_a_growing_one_did_not() -> None:
     # each served in 2 s: two in the system at any time
     kept = columns(arrival, [a + 2.5 for a in arrival])
     assert backlog(kept) == Backlog(at_mid=3, at_end=3, num_shed=0, num_offered=101,
-                                   halves=(50, 51))
+                                   halves=(50, 51), num_completed=101)
     said = load_said(kept, summary(kept, 2.5)).replace("\n  ", " ")
     assert said.startswith("load: 1 req/s offered (over the arrival window, first to last "
                            "arrival)")  # (n - 1) / span: the library's offered rate
@@ -86,3 +86,25 @@ def test_a_rate_that_moves_over_the_window_is_said_beside_the_verdict() -> None:
     cols = columns(falling, [a + 2.5 for a in falling])
     said = load_said(cols, summary(cols, 2.5)).replace("\n  ", " ")
     assert "the arrivals fell over the window" in said and "no verdict on the first half" in said
+
+
+def test_requests_refused_or_dropped_are_not_counted_in_the_system() -> None:
+    # as a run's records hold them: no finish (NaN) for a refused, expired or dropped request;
+    # they were counted in the system for ever after their arrival, so a gateway turning half
+    # its requests away at arrival was said to have a growing backlog
+    nan = float("nan")
+    arrival = [float(k) for k in range(101)]
+    status = ["rejected_overloaded" if k % 2 else "completed" for k in range(101)]
+    finished = [a + 2.5 if s == "completed" else nan for a, s in zip(arrival, status, strict=True)]
+    cols = columns(arrival, finished, status)
+    b = backlog(cols)
+    assert b is not None and (b.at_mid, b.at_end) == (2, 2) and not b.grew
+    said = load_said(cols, summary(cols, 2.5)).replace("\n  ", " ")
+    assert "50 of 101 (50%) shed" in said and "stayed level by turning requests away" in said
+    # one dropped after admission left when its record last shows it (its admission)
+    cols["admitted_s"] = np.array([a + 1.0 for a in arrival])
+    assert backlog(cols) == b  # (admitted 1 s after arrival: gone before the next instant)
+    # every request refused as too large: nothing completed, nothing to judge
+    big = columns([0.0, 1.0, 2.0], [nan] * 3, ["rejected_too_large"] * 3)
+    said = load_said(big, summary(big, 0.0)).replace("\n  ", " ")
+    assert "no request completed" in said and "kept up" not in said
