@@ -26,8 +26,8 @@ SUMMARIES: dict[str, str] = {
     "profile-fit": "Fit the linear cost model to a profile; write a file for simulate "
                    "--cost-model.",
     "regress": "Run a suite of scenarios and compare their metrics with the baselines.",
-    "replay": "Replay a trace through an admission policy against a live OpenAI-compatible "
-              "server.",
+    "replay": "Replay a trace (or a load tool's recording, --records) through an admission "
+              "policy against a live OpenAI-compatible server.",
     "serve": "Run the admission gateway: an OpenAI-compatible server that admits each request "
              "with the policy (tier limit, token lease, queue or Overloaded) before forwarding it "
              "upstream.",

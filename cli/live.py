@@ -38,9 +38,11 @@ from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.results.recording import RECORDING_FORMATS
+from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import run_files
 from kvbudget.results.said import fill, setting_lines
 from kvbudget.simulator.scenario import load_scenario
+from kvbudget.studies.recorded_replay import live_stage
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.counted import counted
@@ -410,12 +412,25 @@ def _print_summary(summary: dict[str, Any]) -> None:
     typer.echo(render_summaries([summary]))
 
 
+ReplayRecordsOpt = Annotated[Path | None, typer.Option(
+    "--records", help="Replay a load tool's recording instead of a trace (the files --records "
+    "of validate reads): its requests as its tool sent them, at their recorded sends or in the "
+    "stage's closed loop, conversations' later turns after the turn before.")]
+StageOpt = Annotated[str | None, typer.Option(
+    "--stage", help="With --records: the stage to replay, by its label (a recording of several "
+    "stages needs one).")]
+
+
 @with_trace_options
 def replay_cmd(
     trace_args: TraceArgs,
     url: UrlOpt,
-    trace: TraceOpt,
     out: Annotated[Path, typer.Option("--out", help="Run directory to write.")],
+    trace: Annotated[Path | None, typer.Option("--trace", help="The trace file to replay.")
+                     ] = None,
+    records: ReplayRecordsOpt = None,
+    records_format: RecordsFormatOpt = None,
+    stage: StageOpt = None,
     policy: ReplayPolicyOpt = None,
     params: ParamOpt = None,
     scenario: ReplayScenarioOpt = None,
@@ -437,27 +452,64 @@ def replay_cmd(
     users: UsersOpt = None,
     think_time_s: ThinkTimeOpt = None,
 ) -> None:
-    """Replay a trace through an admission policy against a live OpenAI-compatible server."""
+    """Replay a trace (or a load tool's recording, --records) through an admission policy
+    against a live OpenAI-compatible server."""
     with user_errors():
         check_out_dir(out)
         target = _target(url, model, api_key, read_timeout)
         setup = with_clients(gateway_setup(scenario, policy, params), clients)
-        workload = load_trace_workload(trace, trace_args, tier, time_scale, seed)
-        outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=trace,
+        if (trace is None) == (records is None):
+            raise CliError("pass --trace FILE or --records FILE (one of them)")
+        if trace is not None and (stage is not None or records_format is not None):
+            raise CliError("--stage and --records-format go with --records, not --trace")
+        loop = _closed_loop(users, think_time_s)
+        if trace is not None:
+            workload = load_trace_workload(trace, trace_args, tier, time_scale, seed)
+            source = trace
+        else:
+            assert records is not None
+            _records_alone(trace_args, time_scale, loop)
+            workload, loop = _recorded_stage(records, records_format, stage, tier)
+            source = records
+        outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=source,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
                              max_in_flight=max_in_flight, seed=seed, resume=resume,
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
                              lease_ttl=setup.lease_ttl(lease_ttl), hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
-                             closed_loop=_closed_loop(users, think_time_s))
+                             closed_loop=loop)
     # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
     # result: a bad option, a server down or a failed run stays the one error line
-    say_loaded(workload)
+    if trace is not None:
+        say_loaded(workload)
     if as_json:
         typer.echo(json.dumps(outcome.summary, indent=2))
     else:
         _print_summary(outcome.summary)
         typer.echo(f"wrote {out}/" + ", ".join(run_files(out)))
+
+
+def _records_alone(trace_args: TraceArgs, time_scale: float, loop: "ClosedLoop | None") -> None:
+    """A trace's options with ``--records`` would go unused (the recording's own sends and
+    loop are replayed): refused, naming them."""
+    given = [f"--{k.replace('_', '-')}" for k in trace_args.given()]
+    given += ["--time-scale"] if time_scale != 1.0 else []
+    given += ["--users/--think-time-s"] if loop is not None else []
+    if given:
+        raise CliError(f"{', '.join(given)}: with --records the recording's own load is "
+                       "replayed (its stage's loop or its recorded sends), so these would go "
+                       "unused; drop them")
+
+
+def _recorded_stage(records: Path, records_format: str | None, stage: str | None, tier: str
+                    ) -> "tuple[Workload, ClosedLoop | None]":
+    """The requests of a recording's stage and the loop to send them in, said on stderr
+    (:func:`~kvbudget.studies.recorded_replay.live_stage`)."""
+    recording = read_recording(records, format=records_format, default_tier=tier)
+    workload, stage_loop, mode = live_stage(recording, stage)
+    typer.echo(fill(f"replaying {counted(len(workload), 'request')} of {records}"
+                    + (f", stage {stage}" if stage else "") + f" as recorded: {mode}"), err=True)
+    return workload, stage_loop
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:

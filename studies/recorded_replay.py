@@ -239,6 +239,38 @@ def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:
                    deadline_s=sub.deadline_s - plan.start_s)
 
 
+def live_stage(recording: Recording, label: str | None = None
+               ) -> tuple[Workload, ClosedLoop | None, str]:
+    """The requests of one recorded stage as the live replay sends them (``kvbudget replay
+    --records``): its rows from its first send, the loop the stage ran (None: open, at the
+    recorded send times) and how it is sent (:func:`replay_mode`'s words). ``label`` picks a
+    stage (:attr:`RecordedStage.label`); a recording of several stages needs one, and
+    ``ValueError`` names them."""
+    plans = stage_plans(recording)
+    if plans is None:  # every stage open: the recorded sends, as one run
+        rows = np.arange(len(recording.workload), dtype=np.int64)
+        if label is not None:
+            stage = next((s for s in recording.stages if s.label == label), None)
+            if stage is None:
+                raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages "
+                                 f"are {', '.join(s.label for s in recording.stages) or 'none'}")
+            rows = stage_rows(recording, stage)
+        sub = recording.workload.take(rows)
+        start = float(sub.arrival_s.min())
+        return (replace(sub, arrival_s=sub.arrival_s - start, deadline_s=sub.deadline_s - start),
+                None, "open loop at the recorded sends")
+    labels = [p.stage.label for p in plans]
+    if label is None and len(plans) > 1:
+        raise ValueError(f"{recording.path}: {len(plans)} stages ({', '.join(labels)}): pass "
+                         "--stage LABEL to replay one (each ran its own load)")
+    chosen = [p for p in plans if label is None or p.stage.label == label]
+    if not chosen:
+        raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages are "
+                         f"{', '.join(labels)}")
+    plan = chosen[0]
+    return _stage_workload(recording.workload, plan), plan.loop, str(plan.describe()["replayed_as"])
+
+
 def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[StagePlan], *,
                     policy: str, policy_params: Mapping[str, Any] | None,
                     progress: Callable[[int], None] | None = None) -> RunResult:
