@@ -44,10 +44,15 @@ TIME_COLUMNS = frozenset({"time_elapsed", "elapsed", "elapsed_s", "timestamp", "
 ``*_stats_history.csv``, bentoml/llm-bench's five-second rows)."""
 
 
+def _words(name: str) -> list[str]:
+    """The lower-case words of a key or column, in order."""
+    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+
+
 def _is_stat(name: str) -> bool:
-    words = re.split(r"[^a-z0-9]+", name.lower())
+    words = _words(name)
     return (any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
-            or RATE.search("_".join(w for w in words if w)) is not None)
+            or RATE.search("_".join(words)) is not None)
 
 
 def _said(names: Iterable[str]) -> str:
@@ -91,10 +96,6 @@ SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "create
 """Words of a key that may hold when a request was sent."""
 
 
-def _words(name: str) -> set[str]:
-    return {w for w in re.split(r"[^a-z0-9]+", name.lower()) if w}
-
-
 def unknown_requests_refusal(doc: object) -> str | None:
     """Why a JSON list of request objects (the document, or a list under one of its keys) of
     no tool kvbudget reads cannot be read: what it holds, whether a send time is among its
@@ -106,11 +107,13 @@ def unknown_requests_refusal(doc: object) -> str | None:
         if not items or not all(isinstance(x, Mapping) for x in items[:8]):
             continue
         keys = [str(k) for k in items[0]]
-        if not any(_words(k) & LATENCY_WORDS for k in keys):
+        timed = [k for k in keys if LATENCY_WORDS.intersection(_words(k))]
+        if not timed:
             continue
-        sent = any(_words(k) & SEND_WORDS for k in keys)
+        sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
+        shown = timed + [k for k in keys if k not in timed]  # the times first
         return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                f"reads ({where}{_said(sorted(keys, key=lambda k: not _words(k) & LATENCY_WORDS))})"
+                f"reads ({where}{_said(shown)})"
                 + ("" if sent else ", with no send time among their keys, which kvbudget "
                    "needs to replay them")
                 + ": write them as the generic records format (arrival_s, prompt_tokens, "

@@ -233,10 +233,11 @@ def stage_conversations(conversations: Conversations | None,
                                                          strict=True)), conversations.held)
 
 
-def _stage_workload(workload: Workload, plan: StagePlan) -> Workload:
-    sub = workload.take(plan.rows)
-    return replace(sub, arrival_s=sub.arrival_s - plan.start_s,
-                   deadline_s=sub.deadline_s - plan.start_s)
+def _stage_workload(workload: Workload, rows: np.ndarray[Any, np.dtype[np.int64]],
+                    start_s: float) -> Workload:
+    """``rows`` of ``workload`` on their stage's clock (from ``start_s``)."""
+    sub = workload.take(rows)
+    return replace(sub, arrival_s=sub.arrival_s - start_s, deadline_s=sub.deadline_s - start_s)
 
 
 def live_stage(recording: Recording, label: str | None = None
@@ -255,10 +256,9 @@ def live_stage(recording: Recording, label: str | None = None
                 raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages "
                                  f"are {', '.join(s.label for s in recording.stages) or 'none'}")
             rows = stage_rows(recording, stage)
-        sub = recording.workload.take(rows)
-        start = float(sub.arrival_s.min())
-        return (replace(sub, arrival_s=sub.arrival_s - start, deadline_s=sub.deadline_s - start),
-                None, "open loop at the recorded sends")
+        start = float(recording.workload.arrival_s[rows].min())
+        return (_stage_workload(recording.workload, rows, start), None,
+                "open loop at the recorded sends")
     labels = [p.stage.label for p in plans]
     if label is None and len(plans) > 1:
         raise ValueError(f"{recording.path}: {len(plans)} stages ({', '.join(labels)}): pass "
@@ -268,7 +268,8 @@ def live_stage(recording: Recording, label: str | None = None
         raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages are "
                          f"{', '.join(labels)}")
     plan = chosen[0]
-    return _stage_workload(recording.workload, plan), plan.loop, str(plan.describe()["replayed_as"])
+    return (_stage_workload(recording.workload, plan.rows, plan.start_s), plan.loop,
+            str(plan.describe()["replayed_as"]))
 
 
 def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[StagePlan], *,
@@ -278,7 +279,7 @@ def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[Sta
     runs = []
     for plan in plans:
         cfg = replace(config, closed_loop=plan.loop)
-        run = simulate(_stage_workload(recording.workload, plan),
+        run = simulate(_stage_workload(recording.workload, plan.rows, plan.start_s),
                        make_policy(policy, dict(policy_params or {})), cfg, progress=progress)
         runs.append(cut_at_time_limit(run, plan, recording))
     return join_stage_runs(runs, plans, config, policy)

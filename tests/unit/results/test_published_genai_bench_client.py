@@ -58,12 +58,19 @@ def test_a_streamed_run_keeps_its_ttft() -> None:
     assert (rec.measured["ttft_s"] < rec.measured["e2e_s"]).all()
 
 
-def test_an_open_loop_run_is_refused_not_replayed_closed(tmp_path: Path) -> None:
+def with_cmd(tmp_path: Path, extra: str) -> Path:
+    """The closed-loop run copied under ``tmp_path``, its recorded command given ``extra``
+    flags; returns its ``experiment_metadata.json``."""
     shutil.copytree(CLOSED, tmp_path / "run")
     path = tmp_path / "run" / "experiment_metadata.json"
     doc = json.loads(path.read_text())
-    doc["cmd"] += " --execution-engine async --qps-level 2.0 --distribution exponential"
+    doc["cmd"] += extra
     path.write_text(json.dumps(doc))
+    return path
+
+
+def test_an_open_loop_run_is_refused_not_replayed_closed(tmp_path: Path) -> None:
+    path = with_cmd(tmp_path, " --execution-engine async --qps-level 2.0 --distribution exponential")
     with pytest.raises(TraceError, match=r"ran open-loop at --qps-level 2\.0 .* closed loop, "
                                          "another load"):
         read_recording(path)
@@ -78,11 +85,7 @@ def test_an_async_closed_loop_is_said_as_its_runner(tmp_path: Path) -> None:
     # --num-concurrency 1): its closed loop is the fork's async runner, not Locust
     # (async_runner/closed_loop.py: target_concurrency tasks started at once, each replaced
     # when it returns)
-    shutil.copytree(CLOSED, tmp_path / "run")
-    path = tmp_path / "run" / "experiment_metadata.json"
-    doc = json.loads(path.read_text())
-    doc["cmd"] += " --execution-engine async"
-    path.write_text(json.dumps(doc))
+    path = with_cmd(tmp_path, " --execution-engine async")
     said = [n for n in read_recording(path).notes if n.startswith("no send time")]
     assert "genai-bench's async runner, --execution-engine async" in said[0]
     assert "Locust" not in said[0]

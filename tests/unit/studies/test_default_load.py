@@ -73,13 +73,18 @@ def test_readme_quotes_the_drawn_requests_and_the_offered_rate() -> None:
     assert float(m.group(3)) == pytest.approx(rate, abs=0.05)
 
 
+def demo_first_lines() -> str:
+    """What ``make demo`` echoes before it runs, as one line."""
+    makefile = (README.parent / "Makefile").read_text()
+    demo = makefile[makefile.index("\ndemo:"):]
+    return " ".join(" ".join(re.findall(r'@echo "([^"]*)"', demo[:demo.index("\n\n")])).split())
+
+
 def test_make_demo_says_the_load_against_the_capacity(conservative_capacity_rps: float) -> None:
     """``make demo``'s first line said only "simulating the default scenario under four
     admission policies": not the load, nor that it is a little past what the conservative
     policy sustains, which is why the policies differ on the screen that follows."""
-    makefile = (README.parent / "Makefile").read_text()
-    demo = makefile[makefile.index("\ndemo:"):]
-    said = " ".join(" ".join(re.findall(r'@echo "([^"]*)"', demo[:demo.index("\n\n")])).split())
+    said = demo_first_lines()
     m = re.search(r"(\d+) minutes of ([\d.]+) % interactive, ([\d.]+) % batch requests at "
                   r"([\d.]+) req/s, about ([\d.]+)x what the conservative policy sustains at "
                   r"90 % SLO attainment", said)
@@ -100,9 +105,7 @@ def test_make_demo_ties_the_drawn_rate_to_the_offered_one() -> None:
     which, the offered one as the conclusion prints it (``conclude``'s ``.3g``)."""
     from kvbudget.analysis.conclusion import offered_rate_rps
 
-    makefile = (README.parent / "Makefile").read_text()
-    demo = makefile[makefile.index("\ndemo:"):]
-    said = " ".join(" ".join(re.findall(r'@echo "([^"]*)"', demo[:demo.index("\n\n")])).split())
+    said = demo_first_lines()
     m = re.search(r"([\d.]+) req/s is the Poisson rate they are drawn at: this seed's ([\d,]+) "
                   r"requests arrive at ([\d.]+) req/s, the offered rate the tables and their "
                   r"conclusion name", said)
