@@ -70,6 +70,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
 )
 from kvbudget.results.recorded_vllm_metadata import metadata_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.results.vllm_releases import client_release_note
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -862,6 +863,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
+    release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
+    notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
                              first_prompt_note(tool), async_scheduling_note(first, tool),
                              v0_engine_note(first, tool)) if n)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.results.recorded_fields import FloatArray
+from kvbudget.results.vllm_releases import RELEASE_NOTE_SAID
 from kvbudget.workloads.errors import TraceError
 
 CHAT_BACKENDS = ("openai-chat",)
@@ -251,7 +252,9 @@ def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) 
     only where the engine is vLLM's (``vllm``, ``vllm-swap``) and schedules asynchronously, as
     the note says it does, and :func:`v0_engine_note` only where it is vLLM's; SGLang's and
     TensorRT-LLM's engines overlap their steps by their own schedulers' defaults and take no
-    vLLM flag, and a vLLM engine already run without async scheduling has nothing to be told."""
+    vLLM flag, and a vLLM engine already run without async scheduling has nothing to be told;
+    :func:`kvbudget.results.vllm_releases.release_note` likewise only where it is vLLM's."""
     vllm = engine.startswith("vllm")
-    return tuple(n for n in notes if (vllm or V0_NOTE_SAID not in n)
+    return tuple(n for n in notes
+                 if (vllm or (V0_NOTE_SAID not in n and RELEASE_NOTE_SAID not in n))
                  and ((vllm and async_scheduling) or ASYNC_NOTE_SAID not in n))
