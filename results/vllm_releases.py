@@ -107,6 +107,24 @@ UNCHANGED = (
 RELEASE_NOTE_SAID = "whose engine defaults differ from vLLM 0.32.0's"
 """The words that mark :func:`release_note` among a recording's notes (a vLLM engine's only)."""
 
+V0_NOTE_SAID = "before vLLM 0.8.0 (March 2025) made its V1 engine the default"
+"""The words that mark a note of a server that ran vLLM's V0 engine among a recording's notes
+(:func:`kvbudget.results.recorded_vllm_bench_client.v0_engine_note`, by the run's date;
+:func:`server_release_note`, by its version)."""
+
+V0_DEFAULTS_SAID = (
+    "whose defaults were prefix caching off, max_num_seqs 256 and chunked prefill only for a "
+    "model of more than 32K context (then 512 tokens a step, else a whole prompt at once); the "
+    "simulated vllm engine takes vLLM 0.32's (the 'simulated on' line) unless --set "
+    "engine.enable_prefix_caching=false, --max-num-seqs 256 and --max-num-batched-tokens say "
+    "the server's"
+)
+"""V0's defaults (``vllm/engine/arg_utils.py`` ``EngineArgs`` at commit e0191a95d: see
+``recorded_vllm_bench_client.V1_DEFAULT_DATE``) and the flags that match them."""
+
+V1_DEFAULT_RELEASE = (0, 8)
+"""vLLM 0.8.0 made the V1 engine the default (PR #13726, ``V1_DEFAULT_DATE``)."""
+
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -148,17 +166,18 @@ def release_note(release: tuple[int, int], lead: str) -> str | None:
 def server_release_note(config: Mapping[str, Any]) -> str | None:
     """:func:`release_note` for a recording whose file names its server vLLM and that server's
     version (``server_engine`` ``vllm`` and ``server_version``: genai-bench's
-    ``--server-engine vLLM --server-version V``)."""
+    ``--server-engine vLLM --server-version V``); for a release before
+    :data:`V1_DEFAULT_RELEASE`, the V0 engine's defaults."""
     version = config.get("server_version")
     if config.get("server_engine") != "vllm" or not isinstance(version, str):
         return None
     release = release_of(version)
     if release is None:
         return None
-    return release_note(
-        release,
-        f"the recording's server ran vLLM {version.strip()[:40]} (its file's server_version)",
-    )
+    lead = f"the recording's server ran vLLM {version.strip()[:40]} (its file's server_version)"
+    if release < V1_DEFAULT_RELEASE:
+        return f"{lead}, {V0_NOTE_SAID}: it ran the V0 engine, {V0_DEFAULTS_SAID}"
+    return release_note(release, lead)
 
 
 SERVER_METRICS_KEYS = ("server_queue_times", "server_ttfts")

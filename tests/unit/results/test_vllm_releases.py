@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
+from kvbudget.results.recorded_vllm_bench_client import V0_NOTE_SAID
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.vllm_releases import (
     CHANGES,
@@ -83,7 +84,6 @@ def _with(tmp_path: Path, **meta: str) -> Path:
         ),
         ("0.35.0", ["(read up to vLLM 0.34.0; later releases not read)", "block_size: 64"]),
         ("0.32.0", []),
-        ("v0.6.0", []),
     ],
 )
 def test_a_newer_vllm_server_is_told_what_defaults_it_ran(
@@ -175,3 +175,22 @@ def test_docs_fidelity_lists_the_moved_defaults() -> None:
         flag = row[-1].strip("| `").split("`")[0]
         assert flag.split(" ")[0] in change.match, (flag, change.match)
     assert "| 16 | 64 |" in section and "64 tokens" in CHANGES[1].now
+
+
+@pytest.mark.parametrize(("version", "v0"), [("v0.6.0", True), ("0.7.3", True), ("0.8.0", False)])
+def test_a_server_version_before_v1_was_the_default_says_v0s_defaults(
+    tmp_path: Path, version: str, v0: bool
+) -> None:
+    """genai-bench's README's own example, ``--server-engine vLLM --server-version v0.6.0``:
+    the settings line said "the recording's server, vLLM v0.6.0" and the simulated engine took
+    vLLM 0.32.0's defaults (prefix caching on, 1024 sequences a step on an H100) with nothing
+    said, where a dated ``vllm bench serve`` file of that time gets the V0 note."""
+    rec = read_recording(_with(tmp_path, server_engine="vLLM", server_version=version))
+    said = [n for n in rec.notes if V0_NOTE_SAID in n]
+    assert len(said) == (1 if v0 else 0)
+    if v0:
+        assert said[0].startswith(
+            f"the recording's server ran vLLM {version} (its file's "
+            "server_version), " + V0_NOTE_SAID + ": it ran the V0 engine"
+        )
+        assert "--max-num-seqs 256" in said[0]
