@@ -222,7 +222,10 @@ def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     ``async_request_openai_completions``: ``output.ttft``, ``output.itl.append``, the
     ``except`` branch), while ``output_lens`` holds 0 for every failed request
     (vllm/benchmarks/serve.py at commit 009e6d4, ``calculate_metrics``:
-    ``actual_output_lens.append(0)``): such a request streamed ``len(itls) + 1`` chunks."""
+    ``actual_output_lens.append(0)``): such a request streamed ``len(itls) + 1`` chunks. From
+    0.34.0 a stream that ends with the server's ``error`` chunk fails the same way, its
+    ``errors`` entry that error's JSON (``stream_error``); 0.32 and 0.33 saved it as completed
+    with the tokens it streamed, which the file cannot tell."""
     with np.errstate(invalid="ignore"):
         streamed = failed & (ttft > 0) & np.isfinite(itl_count) & ~(output > 0)
     if not streamed.any():
