@@ -154,9 +154,11 @@ def dp_attention_refusal(cfg: dict[str, Any], given: dict[str, Any]) -> str | No
              f"request holding at most one rank's {tokens // 16:,})"
              if isinstance(tokens, int) else "")
     running = f", {seqs} requests running each" if isinstance(seqs, int) else ""
-    return (f"the SGLang server ran data-parallel attention (--dp-size {ranks} "
-            f"--enable-dp-attention): one engine whose {ranks} attention ranks each scheduled "
-            f"their own requests over their own KV pool{pools}{running}, stepping together; "
+    flag = cfg.get("sglang_dp_attention_flag")
+    flag = flag if isinstance(flag, str) else f"--dp-size {ranks} --enable-dp-attention"
+    return (f"the SGLang server ran data-parallel attention ({flag}): one engine whose "
+            f"{ranks} attention ranks each scheduled their own requests over their own KV "
+            f"pool{pools}{running}, stepping together; "
             "kvbudget simulates no engine of several schedulers: pass --num-gpu-blocks N (and "
             "--max-num-seqs) for the one engine to simulate in its place, or with "
             f"--set fleet.num_replicas={ranks} each rank's, as replicas that do not step "

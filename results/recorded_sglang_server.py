@@ -41,22 +41,42 @@ def _first_state(info: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def _attention_ranks(info: Mapping[str, Any], dp: int | None) -> int | None:
+    """The attention data-parallel ranks inside one engine, or None: ``dp_size`` with
+    ``enable_dp_attention`` (SGLang 0.5.9, ``python/sglang/srt/server_args.py``), or
+    ``attn_dp_size`` (SGLang 0.5.23, ``sglang/srt/arg_groups/fields/parallel.py``: "the number
+    of data-parallel attention groups inside the TP group, one scheduler each"), which the old
+    spelling now resolves to, ``dp_size`` then 1 (``arg_groups/parallel_hook.py``,
+    ``_handle_deprecated_dp_attention``: "that width moves to ``attn_dp_size``, and ``dp_size``
+    counts replicas again"); its ``server_info`` keeps ``enable_dp_attention`` true beside it
+    (``ServerArgs.resolved_dict``) and SGLang refuses both widths above 1 together
+    (``parallel_hook.py``: "not supported")."""
+    ranks = _count(info.get("attn_dp_size"))
+    if ranks is not None and ranks >= 2:
+        return ranks
+    if info.get("enable_dp_attention") is True and dp is not None and dp >= 2:
+        return dp
+    return None
+
+
 def _parallel(info: Mapping[str, Any], out: dict[str, Any], notes: list[str]) -> None:
     """``tp_size`` GPUs an engine; ``dp_size`` engines behind SGLang's controller (unless
-    ``enable_dp_attention``: then the ``dp_size`` is attention's split inside one engine of
-    ``tp_size`` GPUs, ``python/sglang/srt/server_args.py``)."""
+    data-parallel attention splits one engine of ``tp_size`` GPUs: :func:`_attention_ranks`)."""
     tp = _count(info.get("tp_size"))
     if tp is not None:
         out["tensor_parallel_size"] = tp
     dp = _count(info.get("dp_size"))
-    if dp is None or dp < 2:
-        return
-    if info.get("enable_dp_attention") is True:
-        # one engine of tp_size GPUs whose dp_size attention ranks each schedule their own
-        # requests over their own KV pool, stepping together (data_parallel_controller.py
+    ranks = _attention_ranks(info, dp)
+    if ranks is not None:
+        # one engine of tp_size GPUs whose attention ranks each schedule their own requests
+        # over their own KV pool, stepping together (data_parallel_controller.py
         # launch_dp_attention_schedulers): no engine kvbudget has (the command line refuses
         # its pool as one engine's)
-        out["sglang_dp_attention"] = dp
+        out["sglang_dp_attention"] = ranks
+        if _count(info.get("attn_dp_size")) == ranks:
+            out["sglang_dp_attention_flag"] = f"--attn-dp-size {ranks}"
+        return
+    if dp is None or dp < 2:
         return
     out["num_replicas"] = out["data_parallel_size"] = dp
     method = info.get("load_balance_method")

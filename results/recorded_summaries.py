@@ -217,9 +217,30 @@ def foreign_backend_note(doc: Mapping[str, Any]) -> str | None:
             "itls, start_times), which that script may mean otherwise")
 
 
+STEADY_STATE_KEYS = frozenset({"concurrency_ratio", "window_start", "window_end",
+                               "concurrency_threshold", "peak_concurrency"})
+"""Fields of SGLang 0.5.23's ``SteadyStateMetrics`` (``sglang/benchmark/steady_state.py``),
+each line of ``steady_state_serving.py --steady-state-output-file`` (``_append_metrics``:
+``json.dumps(asdict(metrics))``): the longest span with at least ``ceil(concurrency_ratio *
+peak)`` requests in flight (``find_steady_state_window``), and its throughput; it holds
+``total_output_retokenized`` as bench_serving's own results do."""
+
+
+def _is_sglang_steady_state(doc: Mapping[str, Any]) -> bool:
+    ratio = doc.get("concurrency_ratio")
+    return set(doc) >= STEADY_STATE_KEYS and isinstance(ratio, int | float) and \
+        not isinstance(ratio, bool)
+
+
 def _latency_refusal(doc: Mapping[str, Any]) -> str:
     """The refusal of a serving-benchmark summary in vLLM's layout, naming the client that
     wrote it and the flag that saves its requests."""
+    if _is_sglang_steady_state(doc):
+        ratio = doc.get("concurrency_ratio")
+        return ("is SGLang's steady-state window (python -m sglang.benchmark.steady_state_serving "
+                "--steady-state-output-file): aggregates of the window where at least "
+                f"{ratio:g} of the peak concurrency was in flight, no request; give kvbudget "
+                "the same run's --output-file F --output-details instead")
     if is_sglang(doc):
         return ("is an SGLang bench_serving result without per-request data (its "
                 "--output-file lines hold aggregates only, unless --output-details is "

@@ -70,6 +70,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
 )
 from kvbudget.results.recorded_vllm_metadata import metadata_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.results.vllm_releases import client_release_note
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -221,7 +222,10 @@ def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     ``async_request_openai_completions``: ``output.ttft``, ``output.itl.append``, the
     ``except`` branch), while ``output_lens`` holds 0 for every failed request
     (vllm/benchmarks/serve.py at commit 009e6d4, ``calculate_metrics``:
-    ``actual_output_lens.append(0)``): such a request streamed ``len(itls) + 1`` chunks."""
+    ``actual_output_lens.append(0)``): such a request streamed ``len(itls) + 1`` chunks. From
+    0.34.0 a stream that ends with the server's ``error`` chunk fails the same way, its
+    ``errors`` entry that error's JSON (``stream_error``); 0.32 and 0.33 saved it as completed
+    with the tokens it streamed, which the file cannot tell."""
     with np.errstate(invalid="ignore"):
         streamed = failed & (ttft > 0) & np.isfinite(itl_count) & ~(output > 0)
     if not streamed.any():
@@ -862,6 +866,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if "ignore_eos" not in config:
         notes.append(ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
+    release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
+    notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
                              first_prompt_note(tool), async_scheduling_note(first, tool),
                              v0_engine_note(first, tool)) if n)

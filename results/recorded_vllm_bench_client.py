@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.results.recorded_fields import FloatArray
+from kvbudget.results.vllm_releases import RELEASE_NOTE_SAID, V0_DEFAULTS_SAID, V0_NOTE_SAID
 from kvbudget.workloads.errors import TraceError
 
 CHAT_BACKENDS = ("openai-chat",)
@@ -221,8 +222,6 @@ commit e0191a95d, 8 November 2024): ``enable_prefix_caching: bool = False``,
 (``SchedulerConfig``, vllm/config.py: "the best balance between ITL and TTFT on A100"), else
 off."""
 
-V0_NOTE_SAID = "before vLLM 0.8.0 (March 2025) made its V1 engine the default"
-"""The words that mark :func:`v0_engine_note` among a recording's notes."""
 
 
 def v0_engine_note(doc: Mapping[str, Any], tool: str) -> str | None:
@@ -239,11 +238,7 @@ def v0_engine_note(doc: Mapping[str, Any], tool: str) -> str | None:
         return None
     day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
     return (f"the run is dated {day}, {V0_NOTE_SAID}: if its server was vLLM, it ran the V0 "
-            "engine, whose defaults were prefix caching off, max_num_seqs 256 and chunked "
-            "prefill only for a model of more than 32K context (then 512 tokens a step, else "
-            "a whole prompt at once); the simulated vllm engine takes vLLM 0.32's (the "
-            "'simulated on' line) unless --set engine.enable_prefix_caching=false, "
-            "--max-num-seqs 256 and --max-num-batched-tokens say the server's")
+            f"engine, {V0_DEFAULTS_SAID}")
 
 
 def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) -> tuple[str, ...]:
@@ -251,7 +246,9 @@ def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) 
     only where the engine is vLLM's (``vllm``, ``vllm-swap``) and schedules asynchronously, as
     the note says it does, and :func:`v0_engine_note` only where it is vLLM's; SGLang's and
     TensorRT-LLM's engines overlap their steps by their own schedulers' defaults and take no
-    vLLM flag, and a vLLM engine already run without async scheduling has nothing to be told."""
+    vLLM flag, and a vLLM engine already run without async scheduling has nothing to be told;
+    :func:`kvbudget.results.vllm_releases.release_note` likewise only where it is vLLM's."""
     vllm = engine.startswith("vllm")
-    return tuple(n for n in notes if (vllm or V0_NOTE_SAID not in n)
+    return tuple(n for n in notes
+                 if (vllm or (V0_NOTE_SAID not in n and RELEASE_NOTE_SAID not in n))
                  and ((vllm and async_scheduling) or ASYNC_NOTE_SAID not in n))

@@ -26,6 +26,7 @@ from kvbudget.results.recorded_whole_answer import (
     whole_answer_rows_of,
 )
 from kvbudget.results.records import RECORD_COLUMNS
+from kvbudget.results.vllm_releases import server_release_note
 from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
@@ -313,8 +314,10 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
     if stages and not set(stage) <= known:
         raise AssertionError(f"stage labels {sorted(set(stage) - known)} have no RecordedStage")
     counts["num_stages"] = max(len(stages), 1)
+    release = server_release_note(config)
     return Recording(path=str(path), format=fmt, workload=workload, measured=measured,
-                     config=config, counts=counts, notes=(*notes, *([said] if said else [])),
+                     config=config, counts=counts,
+                     notes=(*notes, *(n for n in (said, release) if n)),
                      stages=stages,
                      tool=tool or fmt, conversations=conversations)
 

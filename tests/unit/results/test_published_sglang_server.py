@@ -96,6 +96,35 @@ def test_sglang_data_parallel_attention_is_refused_as_one_engine(tmp_path: Path)
     assert setup.config.resolved_num_gpu_blocks() == 200000 and setup.config.fleet is None
 
 
+def test_sglang_0_5_23_attention_ranks_are_refused_as_one_engine(tmp_path: Path) -> None:
+    """A hand-made edge case of SGLang 0.5.23's ``server_info`` (no run of it here: the
+    wheel's ``sglang/srt/arg_groups``, read line by line). Attention data parallelism has its
+    own width, ``attn_dp_size`` (``fields/parallel.py``: "the number of data-parallel
+    attention groups inside the TP group, one scheduler each"); the old ``--dp-size N
+    --enable-dp-attention`` resolves to ``attn_dp_size`` N and ``dp_size`` 1
+    (``parallel_hook.py`` ``_handle_deprecated_dp_attention``), and ``resolved_dict`` reports
+    ``enable_dp_attention`` true beside it (``server_args.py``). kvbudget read ``dp_size`` 1
+    as one engine and took one rank's ``max_total_num_tokens`` for the engine's pool: the
+    server had twice the KV, unsaid."""
+    path = sglang_run(tmp_path, dp_size=1, attn_dp_size=2, enable_dp_attention=True,
+                      version="0.5.23")
+    rec = read_recording(path, seed=0)
+    assert rec.config["sglang_dp_attention"] == 2
+    assert "kv_tokens_per_engine" not in rec.config and "num_replicas" not in rec.config
+    assert rec.config["sglang_kv_tokens_per_attention_rank"] == 1916167
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--model", "Qwen/Qwen3-8B", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 2, result.output
+    err = " ".join(result.stderr.split())
+    assert "ran data-parallel attention (--attn-dp-size 2): one engine whose 2 attention " \
+        "ranks each scheduled their own requests over their own KV pool of 1,916,167 " \
+        "tokens each" in err
+    # attn_dp_size 1 (its default) with dp_size 2 is two replicas, as before
+    rec = read_recording(sglang_run(tmp_path, attn_dp_size=1), seed=0)
+    assert rec.config["num_replicas"] == 2 and "sglang_dp_attention" not in rec.config
+
+
 def test_an_sglang_result_without_server_info_takes_nothing(tmp_path: Path) -> None:
     path = sglang_run(tmp_path)
     doc = json.loads(path.read_text())
@@ -319,3 +348,31 @@ def test_gpt_oss_pool_is_the_full_attention_layers(tmp_path: Path,
     # a model SGLang sizes as full attention says nothing
     _setup(sglang_run(tmp_path))
     assert "full-attention layers'" not in _said(capsys)
+
+
+STEADY_STATE: dict[str, Any] = {
+    "concurrency_ratio": 0.8, "window_start": 1.25, "window_end": 30.5, "duration": 29.25,
+    "concurrency_threshold": 51, "completed": 812, "total_input": 831488,
+    "input_throughput": 28426.9, "total_output": 103936.0, "total_output_retokenized": 103901.0,
+    "output_throughput": 3553.4, "output_throughput_retokenized": 3552.2,
+    "average_concurrency": 58.2, "peak_concurrency": 64, "peak_output_throughput": 4100.0}
+"""A hand-made line of SGLang 0.5.23's ``python -m sglang.benchmark.steady_state_serving
+--steady-state-output-file F`` (no run of it here): ``_append_metrics`` writes
+``json.dumps(asdict(metrics))`` of a ``SteadyStateMetrics``, whose fields (in order) are these
+(``sglang/benchmark/steady_state.py`` and ``steady_state_serving.py`` in the 0.5.23 wheel)."""
+
+
+def test_sglangs_steady_state_file_is_refused_by_name(tmp_path: Path) -> None:
+    # it holds total_output_retokenized, so it was called "an SGLang bench_serving result
+    # without per-request data" and told to add --output-details, which that file never has
+    path = tmp_path / "steady.jsonl"
+    path.write_text(json.dumps(STEADY_STATE) + "\n")
+    result = CliRunner().invoke(app, ["validate", "--records", str(path), "--gpu", "H100",
+                                      "--model", "Qwen/Qwen3-8B", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 2, result.output
+    err = " ".join(result.stderr.split())
+    assert "is SGLang's steady-state window (python -m sglang.benchmark.steady_state_serving " \
+        "--steady-state-output-file): aggregates of the window where at least 0.8 of the " \
+        "peak concurrency was in flight" in err
+    assert "--output-file F --output-details" in err and "Traceback" not in result.output
