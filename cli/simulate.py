@@ -1,6 +1,7 @@
 """``kvbudget simulate`` (and the options ``compare`` shares with it)."""
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,6 +13,7 @@ from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
     flag_named,
+    set_keys,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -56,9 +58,12 @@ def build_scenario(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     engine: str | None = None,
+    typed: Sequence[tuple[str, str]] = (),
 ) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied
-    (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`)."""
+    (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`, a field's
+    led by what the user typed: ``typed``, the ``(flag, scenario key)`` of what the caller put
+    in ``overrides`` from its own flags, and each ``--set`` named by its key, not the file's)."""
     knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              "name": engine}
@@ -67,11 +72,11 @@ def build_scenario(
                              seed=seed, trace=trace, trace_format=trace_format,
                              cost_model=cost_model, engine=knobs)
     except ValueError as exc:  # a --gpu, --model or engine flag is named as typed
-        typed = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
+        flags = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
                  if value is not None]
-        typed += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
+        flags += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
                    f"engine.{key}") for key, value in knobs.items() if value is not None]
-        named = flag_named(exc, scenario, typed)
+        named = flag_named(exc, scenario, [*typed, *flags, *set_keys(overrides or ())])
         raise named if isinstance(named, CliError) else CliError(str(exc)) from None
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
