@@ -307,8 +307,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                         typed=typed)
-    config = scn.sim_config()
+                         typed=typed, say_fitted=False)  # the fit's knobs: said below
+    config = scn.sim_config(say_fitted=False)
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add
         config = replace(config, frontend="none")
@@ -524,8 +524,7 @@ def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | No
     fitted = {} if fit is None else fit.taken
     said = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
                    for k, v in fitted.items()) + (
-        f" (the cost file's fit's: nothing here sets {'it' if len(fitted) == 1 else 'them'})"
-        if fitted else "")
+        f" ({fit.taken_said()})" if fit is not None and fitted else "")
     if scenario is not None:
         return said
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
