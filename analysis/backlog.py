@@ -146,13 +146,16 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
                    int(np.sum(status == "completed")), num_unplaced)
 
 
-def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
+              policy: str | None = None) -> str:
     """``load: R req/s offered; ...``: the offered rate (over the arrival window, first to
     last arrival), the backlog at the window's midpoint and at its last arrival, the drain
     after it, the requests shed, and what they say: the GPU kept up, or this load is past what
     it sustains (the largest rate that meets the SLO is ``kvbudget capacity``'s search). ``""``
     for a closed loop (its users wait for their answers: the load follows the engine) or
-    without a window."""
+    without a window. ``policy``: the run's, named at the head (``load under policy P:``),
+    where several runs of one workload are said (``compare``: each policy's backlog follows
+    its own refusals)."""
     if summary.get("closed_loop"):
         return ""
     b = backlog(record_columns)
@@ -162,7 +165,8 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> 
         return ""
     drain = summary.get("drain_s")
     drained = f", the last finish {drain:,.1f} s after it" if isinstance(drain, float) else ""
-    head = (f"load: {rate:.3g} req/s offered (over the arrival window, first to last arrival); "
+    under = "" if policy is None else f" under policy {policy}"
+    head = (f"load{under}: {rate:.3g} req/s offered (over the arrival window, first to last arrival); "
             f"requests in the system (arrived, not finished): {b.at_mid:,} at the window's "
             f"midpoint, {b.at_end:,} at the last arrival{drained}")
     shed = (f"; {b.num_shed:,} of {b.num_offered:,} ({b.num_shed / b.num_offered:.0%}) shed "

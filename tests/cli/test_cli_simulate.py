@@ -825,3 +825,29 @@ def test_simulate_counts_a_request_that_waited_and_expired_until_its_deadline(
     said = " ".join(stdout.split())
     assert "21 at the window's midpoint, 21 at the last arrival" in said, said
     assert "do not keep" not in said
+
+
+def test_compare_says_the_load_of_each_policys_run(tmp_path: Path) -> None:
+    """``compare`` printed no ``load:`` line where ``simulate`` did: a comparison of policies at
+    a load past what the deployment sustains did not say so. Each policy's run has its own
+    (its backlog follows its refusals): on a cache that holds one request at a time, unlimited
+    admits every request and its backlog grows; conservative keeps its backlog level by letting
+    requests expire, as ``simulate`` says of it."""
+    slow = tmp_path / "slow.csv"
+    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i * 0.5},500,500,500\n" for i in range(121)))
+    code, stdout, stderr = run("compare", "--trace", str(slow), "--num-gpu-blocks", "70",
+                               "--policies", "unlimited,conservative")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    load = said[said.index("load under policy unlimited: "):]
+    unlimited, conservative = load.split("load under policy conservative: ")
+    assert unlimited.startswith("load under policy unlimited: 2 req/s offered")
+    assert "the backlog grew" in unlimited and "shed (" not in unlimited
+    assert "21 at the window's midpoint, 21 at the last arrival" in conservative
+    assert "99 of 121 (82%) shed" in conservative
+    assert "stayed level by turning requests away" in conservative
+    code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
+    assert code == 0, stderr
+    alone = " ".join(simulated.split())
+    assert alone[alone.index("load: ") + len("load: "):].startswith(conservative.strip())
