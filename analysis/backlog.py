@@ -119,9 +119,10 @@ def with_deadlines(record_columns: Mapping[str, Any], deadline_s: FloatArray,
     own = np.asarray(deadline_s, dtype=float)
     if "deadline_s" in record_columns or len(own) != len(arrival):
         return record_columns
-    tiers = np.asarray(record_columns["tier"]).astype(str)
-    by_tier = {t: math.nan if w is None else float(w) for t, w in waits.items()}
-    wait = np.array([by_tier.get(t, math.nan) for t in tiers.tolist()], dtype=np.float64)
+    names, codes = np.unique(np.asarray(record_columns["tier"]).astype(str),
+                             return_inverse=True)
+    by_tier = [waits.get(str(t)) for t in names]  # one look-up a tier, not a row
+    wait = np.array([math.nan if w is None else float(w) for w in by_tier])[codes]
     return {**record_columns, "deadline_s": np.where(np.isfinite(own), own, arrival + wait)}
 
 
