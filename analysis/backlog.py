@@ -28,7 +28,7 @@ import numpy.typing as npt
 from kvbudget.results.said import fill
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 
-__all__ = ["Backlog", "backlog", "load_said"]
+__all__ = ["Backlog", "backlog", "load_said", "with_deadlines"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -52,6 +52,10 @@ class Backlog:
     halves: tuple[int, int] = (0, 0)
     """The arrivals in the first and second half of the arrival window."""
     num_completed: int = 0
+    num_unplaced: int = 0
+    """Requests that waited in the gateway's queue and expired whose leave the records cannot
+    place (:func:`_left_s`): counted gone from their arrival, so the backlogs are at least
+    what they say, by up to this many."""
 
     @property
     def grew(self) -> bool:
@@ -69,20 +73,57 @@ class Backlog:
         return 1 if second > first else -1
 
 
-def _left_s(record_columns: Mapping[str, Any], arrival: FloatArray) -> FloatArray:
+def _left_s(record_columns: Mapping[str, Any], arrival: FloatArray) -> tuple[FloatArray, int]:
     """When each request left the system: its finish, else (refused, expired, dropped: no
     finish) the last time its record shows it there, its arrival, admission or first token
-    (one refused on arrival, too large or overloaded, was never in it; one that waited to
-    expire is counted gone from its arrival: the shed count says those)."""
+    (one refused on arrival, too large or overloaded, was never in it). One that waited in the
+    gateway's queue until its admission deadline passed (``expired``, ``deadline``) left at
+    that deadline (``deadline_s``: the gateway refuses a waiting request at it,
+    ``policies/gateway.py`` ``_expire``), one still waiting when the run ended (``expired``,
+    ``end_of_run``) never left; and the number of expired requests whose leave the columns
+    cannot place (no ``deadline_s``, or a client's later attempt, whose own wait began at its
+    sending: counted gone from their arrival)."""
     left = np.asarray(record_columns["finished_s"], dtype=float).copy()
     gone = np.isnan(left)
-    if gone.any():
-        seen = arrival[gone]
-        for name in ("admitted_s", "first_token_s"):
-            if name in record_columns:
-                seen = np.fmax(seen, np.asarray(record_columns[name], dtype=float)[gone])
-        left[gone] = seen
-    return left
+    if not gone.any():
+        return left, 0
+    seen = arrival[gone]
+    for name in ("admitted_s", "first_token_s"):
+        if name in record_columns:
+            seen = np.fmax(seen, np.asarray(record_columns[name], dtype=float)[gone])
+    status = np.asarray(record_columns["status"]).astype(str)[gone]
+    reason = np.asarray(record_columns.get("reason", np.full(len(left), ""))).astype(str)[gone]
+    expired = (status == "expired") & (reason == "deadline")
+    deadline = np.full(len(seen), np.nan)
+    if "deadline_s" in record_columns:
+        deadline = np.asarray(record_columns["deadline_s"], dtype=float)[gone]
+    if "num_attempts" in record_columns:  # a retry's deadline counts from its own sending
+        deadline[np.asarray(record_columns["num_attempts"])[gone] > 1] = np.nan
+    placed = expired & np.isfinite(deadline)
+    seen[placed] = np.fmax(seen[placed], deadline[placed])
+    seen[(status == "expired") & (reason == "end_of_run")] = np.inf
+    left[gone] = seen
+    return left, int(np.sum(expired & ~placed))
+
+
+def with_deadlines(record_columns: Mapping[str, Any], deadline_s: FloatArray,
+                   waits: Mapping[str, float | None]) -> Mapping[str, Any]:
+    """A simulated run's record columns with each request's admission deadline, as the
+    records schema's ``deadline_s`` holds it (a ``kvbudget serve`` run's records have it; a
+    simulated run's do not): its own (``deadline_s``, the workload's, row for row with the
+    records), else its tier's wait (``waits``: ``queue_timeout_s`` by tier) after its
+    arrival, as the gateway gives it (``policies/gateway.py`` ``arrive``); NaN where it could
+    wait without limit. The columns as they are where they hold it already, or where the
+    workload's rows are not the records' (a closed loop's users)."""
+    arrival = np.asarray(record_columns["arrival_s"], dtype=float)
+    own = np.asarray(deadline_s, dtype=float)
+    if "deadline_s" in record_columns or len(own) != len(arrival):
+        return record_columns
+    names, codes = np.unique(np.asarray(record_columns["tier"]).astype(str),
+                             return_inverse=True)
+    by_tier = [waits.get(str(t)) for t in names]  # one look-up a tier, not a row
+    wait = np.array([math.nan if w is None else float(w) for w in by_tier])[codes]
+    return {**record_columns, "deadline_s": np.where(np.isfinite(own), own, arrival + wait)}
 
 
 def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
@@ -92,7 +133,7 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     arrival = np.asarray(record_columns["arrival_s"], dtype=float)
     if len(arrival) < 2 or not arrival.max() > arrival.min():
         return None
-    left = _left_s(record_columns, arrival)
+    left, num_unplaced = _left_s(record_columns, arrival)
     status = np.asarray(record_columns["status"]).astype(str)
     first, last = float(arrival.min()), float(arrival.max())
 
@@ -103,16 +144,19 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     num_first = int(np.sum(arrival < mid))
     return Backlog(in_system(mid), in_system(last), int(np.isin(status, SHED).sum()),
                    len(arrival), (num_first, len(arrival) - num_first),
-                   int(np.sum(status == "completed")))
+                   int(np.sum(status == "completed")), num_unplaced)
 
 
-def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
+              policy: str | None = None) -> str:
     """``load: R req/s offered; ...``: the offered rate (over the arrival window, first to
     last arrival), the backlog at the window's midpoint and at its last arrival, the drain
     after it, the requests shed, and what they say: the GPU kept up, or this load is past what
     it sustains (the largest rate that meets the SLO is ``kvbudget capacity``'s search). ``""``
     for a closed loop (its users wait for their answers: the load follows the engine) or
-    without a window."""
+    without a window. ``policy``: the run's, named at the head (``load under policy P:``),
+    where several runs of one workload are said (``compare``: each policy's backlog follows
+    its own refusals)."""
     if summary.get("closed_loop"):
         return ""
     b = backlog(record_columns)
@@ -122,11 +166,16 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any]) -> 
         return ""
     drain = summary.get("drain_s")
     drained = f", the last finish {drain:,.1f} s after it" if isinstance(drain, float) else ""
-    head = (f"load: {rate:.3g} req/s offered (over the arrival window, first to last arrival); "
+    under = "" if policy is None else f" under policy {policy}"
+    head = (f"load{under}: {rate:.3g} req/s offered (over the arrival window, first to last arrival); "
             f"requests in the system (arrived, not finished): {b.at_mid:,} at the window's "
             f"midpoint, {b.at_end:,} at the last arrival{drained}")
     shed = (f"; {b.num_shed:,} of {b.num_offered:,} ({b.num_shed / b.num_offered:.0%}) shed "
             "(refused as overloaded, expired or dropped)") if b.num_shed else ""
+    if b.num_unplaced:
+        shed += (f" ({b.num_unplaced:,} of them waited in the gateway's queue and expired at a "
+                 "time the records do not keep: counted gone from their arrival, so the "
+                 "backlogs may be that many higher)")
     if not b.num_completed:
         verdict = ("no request completed (the table's refused and expired columns say why): "
                    "this run says nothing of the load the simulated deployment sustains")

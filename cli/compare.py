@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvbudget.analysis.backlog import load_said
 from kvbudget.analysis.conclusion import conclude
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
@@ -19,7 +20,14 @@ from kvbudget.cli.options import (
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
-from kvbudget.cli.simulate import SEED_HELP, DrawsOpt, IntervalOpt, JsonOpt, WideOpt
+from kvbudget.cli.simulate import (
+    SEED_HELP,
+    DrawsOpt,
+    IntervalOpt,
+    JsonOpt,
+    WideOpt,
+    records_for_load,
+)
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
@@ -71,6 +79,17 @@ def _add_intervals(result: Comparison, scn: "Scenario", names: list[str], level:
                 progress=lambda _d: bar.update(1)).to_json()
     finally:
         bar.close()
+
+
+def _say_load(scn: "Scenario", names: list[str], result: Comparison) -> None:
+    """``simulate``'s ``load:`` line for each policy's run (:func:`load_said`): the offered
+    load is the same, but each policy's backlog follows its own refusals and expiries, so
+    whether the deployment kept up is said per policy."""
+    workload = scn.workload()  # the one every policy ran (its deadlines place the expired)
+    for name, run in zip(names, result.results, strict=True):
+        line = load_said(records_for_load(scn, workload, run), run.summary, policy=name)
+        if line:
+            typer.echo(line)
 
 
 @with_scenario_options
@@ -144,6 +163,7 @@ def compare_cmd(
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
                                     conclusion=conclude(summaries)))
+        _say_load(scn, names, result)
         for s in summaries if interval is not None else ():
             typer.echo(f"\npolicy {s['policy']}:")
             typer.echo(render_intervals(headline(s), s["intervals"]))

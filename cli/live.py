@@ -35,6 +35,7 @@ from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_t
 from kvbudget.live.server import BackendUnavailable
 from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run_live_validation
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
+from kvbudget.perf.models import KV_CACHE_DTYPES
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.results.recording import RECORDING_FORMATS
@@ -588,7 +589,10 @@ def calibrate_cmd(
         _refuse_records_only("a live calibration", {
             "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
             "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
-            "--param": bool(params), "--scenario": scenario is not None})
+            "--param": bool(params), "--scenario": scenario is not None,
+            "--num-gpu-blocks": num_gpu_blocks is not None, "--block-size": block_size is not None,
+            "--engine": engine is not None, "--set": bool(overrides)})
+        _check_kv_dtype(kv_cache_dtype)
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
@@ -693,6 +697,14 @@ def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
     flags = [flag for flag, set_ in given.items() if set_]
     if flags:
         raise CliError(f"{flags[0]} applies to --records, not to {run}")
+
+
+def _check_kv_dtype(kv_cache_dtype: str | None) -> None:
+    """A ``--kv-cache-dtype`` the cost file would record (``calibrate --url``) is one the
+    simulator takes, refused before the server is timed (else after it, or written)."""
+    if kv_cache_dtype is not None and kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise CliError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                       f"got {kv_cache_dtype!r}")
 
 
 def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
@@ -845,7 +857,13 @@ def validate_cmd(
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
         _refuse_records_only("a live validation", {
-            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit})
+            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit,
+            # the server tells its KV blocks; the cost file and --scenario say the rest
+            "--gpu": gpu is not None, "--num-gpu-blocks": num_gpu_blocks is not None,
+            "--block-size": block_size is not None,
+            "-tp/--tensor-parallel-size": tensor_parallel_size is not None,
+            "--kv-cache-dtype": kv_cache_dtype is not None, "--engine": engine is not None,
+            "--set": bool(overrides)})
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -20,7 +20,7 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 
 import inspect
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -430,8 +430,8 @@ class ScenarioArgs:
                 cost_model_transfer=self.cost_model_transfer, engine=self.engine,
                 clients=clients, engine_defaults=self.engine_defaults, frontend=self.frontend)
         except ValueError as exc:
-            typed = [(flag, key) for flag, key, _ in typed_fields(self)
-                     if not flag.startswith("--set ")]
+            typed = [(key if flag.startswith("--set ") else flag, key)
+                     for flag, key, _ in typed_fields(self)]
             raise flag_named(exc, self.scenario, [*typed, *(
                 [("--seed", "seed")] if seed is not None else [])]) from None
 
@@ -466,6 +466,13 @@ def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, st
             raise CliError(f"{flag}: {command} sets {key} from {searched[key]} in every run, "
                            f"so {value} given here would go unused: give it in "
                            f"{searched[key]}")
+
+
+def set_keys(overrides: Iterable[str]) -> list[tuple[str, str]]:
+    """``(key, key)`` of each ``--set KEY=VALUE``, for :func:`flag_named`: an error about a
+    field a ``--set`` gave names the field as typed (``engine.kv_cache_dtype ...``), not the
+    ``--scenario`` file, which did not hold the value."""
+    return [(key, key) for key in (item.partition("=")[0].strip() for item in overrides)]
 
 
 def flag_named(exc: ValueError, scenario: Path | None,

@@ -36,6 +36,7 @@ from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said
+from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.studies.calibrate import (
     calibrate_recording,
     fit_parameters,
@@ -299,14 +300,15 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     dp_router, dp_said = _data_parallel(cfg, recorded, overrides or [])
     model, model_from = _recorded_model(recording, model, scenario, cost_model)
     gpu, gpu_from = _recorded_gpu(recording, gpu, scenario)
-    flags = [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
+    flags, typed = _engine_flags(engine or {})
     scn = build_scenario(scenario=scenario,
                          overrides=[*recorded, *choice.items, *dp_router, *(overrides or []),
                                     *flags],
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
-                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    config = scn.sim_config()
+                         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                         typed=typed, say_fitted=False)  # the fit's knobs: said below
+    config = scn.sim_config(say_fitted=False)
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add
         config = replace(config, frontend="none")
@@ -339,6 +341,25 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     _warn_sliding(recording, config)
     return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
                          policy_given=policy is not None)
+
+
+_ENGINE_FLAGS = {"tensor_parallel_size": "-tp/--tensor-parallel-size",
+                 "kv_cache_dtype": "--kv-cache-dtype", "name": "--engine"}
+"""The flags of ``validate``/``calibrate --records`` given to the scenario as ``engine.KEY``
+overrides (``recorded_setup``'s ``engine``), by key: an error about one names the flag."""
+
+
+def _engine_flags(engine: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The ``engine.KEY=VALUE`` overrides of the engine flags given, and the ``(flag, key)``
+    that name them in an error (``--kv-cache-dtype int3`` was refused as
+    ``engine.kv_cache_dtype must be ...``, a field the user never typed); an unknown
+    ``--engine`` is refused naming it."""
+    name = engine.get("name")
+    if name is not None and name not in ENGINE_NAMES:
+        raise CliError(f"--engine: unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+    given = {k: v for k, v in engine.items() if v is not None}
+    return ([f"engine.{k}={json.dumps(v)}" for k, v in given.items()],
+            [(_ENGINE_FLAGS.get(k, "--" + k.replace("_", "-")), f"engine.{k}") for k in given])
 
 
 def _recorded_gateway(recording: "Recording", config: "SimConfig"
@@ -503,8 +524,7 @@ def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | No
     fitted = {} if fit is None else fit.taken
     said = "".join(f", {k} {str(v).lower() if isinstance(v, bool) else v}"
                    for k, v in fitted.items()) + (
-        f" (the cost file's fit's: nothing here sets {'it' if len(fitted) == 1 else 'them'})"
-        if fitted else "")
+        f" ({fit.taken_said()})" if fit is not None and fitted else "")
     if scenario is not None:
         return said
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}

@@ -1,17 +1,19 @@
 """``kvbudget simulate`` (and the options ``compare`` shares with it)."""
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.analysis.backlog import load_said
+from kvbudget.analysis.backlog import load_said, with_deadlines
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
     flag_named,
+    set_keys,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -25,6 +27,7 @@ from kvbudget.studies.intervals import check_level, headline, scenario_intervals
 if TYPE_CHECKING:
     from kvbudget.results.run_result import RunResult
     from kvbudget.simulator.scenario import Scenario
+    from kvbudget.workloads.workload import Workload
 
 
 SEED_HELP = "Seed of every random draw (default: the scenario's, 0 in the default one)."
@@ -56,22 +59,27 @@ def build_scenario(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     engine: str | None = None,
+    typed: Sequence[tuple[str, str]] = (),
+    say_fitted: bool = True,
 ) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied
-    (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`)."""
+    (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`, a field's
+    led by what the user typed: ``typed``, the ``(flag, scenario key)`` of what the caller put
+    in ``overrides`` from its own flags, and each ``--set`` named by its key, not the file's;
+    ``say_fitted``: :meth:`~kvbudget.simulator.scenario.Scenario.sim_config`'s)."""
     knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              "name": engine}
     try:
         return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
                              seed=seed, trace=trace, trace_format=trace_format,
-                             cost_model=cost_model, engine=knobs)
+                             cost_model=cost_model, engine=knobs, say_fitted=say_fitted)
     except ValueError as exc:  # a --gpu, --model or engine flag is named as typed
-        typed = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
+        flags = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
                  if value is not None]
-        typed += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
+        flags += [("--engine" if key == "name" else "--" + key.replace("_", "-"),
                    f"engine.{key}") for key, value in knobs.items() if value is not None]
-        named = flag_named(exc, scenario, typed)
+        named = flag_named(exc, scenario, [*typed, *flags, *set_keys(overrides or ())])
         raise named if isinstance(named, CliError) else CliError(str(exc)) from None
     except FileNotFoundError as exc:
         raise CliError(str(exc)) from None
@@ -81,8 +89,10 @@ SIMULATE_LINES_FROM = 100_000
 """Requests from which a ``simulate`` not at a terminal writes progress lines (cli.progress)."""
 
 
-def run_one(scn: "Scenario", policy_name: str | None, label: str) -> "RunResult":
-    workload = scn.workload()
+def run_one(scn: "Scenario", policy_name: str | None, label: str,
+            workload: "Workload | None" = None) -> "RunResult":
+    """One run of ``scn`` (``workload``: its workload, where the caller has it already)."""
+    workload = scn.workload() if workload is None else workload
     policy = scn.make_policy(policy_name)
     config = scn.sim_config()
     # at a terminal tqdm's bar; elsewhere silent, except a run of at least SIMULATE_LINES_FROM
@@ -119,8 +129,9 @@ def simulate_cmd(
             warning = draft_warning(config.engine.speculative_config, config.model)
             if warning:
                 typer.echo(f"warning: {warning}", err=True)
+        workload = scn.workload()  # the nominal run's (intervals: theirs is the same)
         if interval is None:
-            result = run_one(scn, None, f"simulate {scn.spec.policy}")
+            result = run_one(scn, None, f"simulate {scn.spec.policy}", workload)
         else:
             result = run_with_intervals(scn, interval, interval_draws)
         written = result.write(out) if out is not None else []
@@ -129,7 +140,7 @@ def simulate_cmd(
     else:
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
-        load = load_said(result.record_columns, result.summary)
+        load = load_said(records_for_load(scn, workload, result), result.summary)
         if load:
             typer.echo(load)
         if interval is not None:
@@ -137,6 +148,16 @@ def simulate_cmd(
             typer.echo(render_intervals(headline(result.summary), result.summary["intervals"]))
         if out is not None:
             typer.echo(f"wrote {out}/{', '.join(written)}")
+
+
+def records_for_load(scn: "Scenario", workload: "Workload", result: "RunResult"
+                     ) -> Mapping[str, Any]:
+    """``result``'s record columns with each request's admission deadline (the workload's, else
+    its tier's wait after its arrival: :func:`~kvbudget.analysis.backlog.with_deadlines`), so
+    that the load line places when a request that waited in the gateway's queue and expired
+    left it."""
+    return with_deadlines(result.record_columns, workload.deadline_s,
+                          {t.name: t.queue_timeout_s for t in scn.tiers()})
 
 
 def run_with_intervals(scn: "Scenario", level: float, num_draws: int) -> "RunResult":

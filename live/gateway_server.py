@@ -463,10 +463,13 @@ class GatewayServer:
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(prompt_tokens, Response):
             return prompt_tokens
-        max_tokens = context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len,
-                                        self.config.count_tokens != "bytes")
-        ticket = self.admission.arrive(tier, prompt_tokens, max_tokens,
-                                       _wait_s(request, self.admission.gateway.tiers[tier]),
+        limits = self.admission.gateway.tiers[tier]
+        # a max_tokens over the tier's limit is refused as the request declared it (as too
+        # large, and recorded), not lowered to the upstreams' context first
+        max_tokens = comp.max_tokens if comp.max_tokens > limits.max_sequence_tokens else \
+            context_max_tokens(prompt_tokens, comp.max_tokens, self.config.max_model_len,
+                               self.config.count_tokens != "bytes")
+        ticket = self.admission.arrive(tier, prompt_tokens, max_tokens, _wait_s(request, limits),
                                        arrived, comp.max_tokens)
         try:
             decision = await first_of(asyncio.shield(ticket.decided), gone.future)

@@ -35,10 +35,11 @@ class FittedKnobs:
     taken: dict[str, Any] = field(default_factory=dict)
     differ: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
-    def notes(self) -> tuple[str, ...]:
-        """One line each: the knobs taken, the knobs set otherwise than the fit's."""
+    def notes(self, taken: bool = True) -> tuple[str, ...]:
+        """One line each: the knobs taken (unless not ``taken``: a caller that says them with
+        its other settings, :meth:`taken_said`), the knobs set otherwise than the fit's."""
         out = []
-        if self.taken:
+        if self.taken and taken:
             out.append(f"{self.path}: engine knobs from the cost file's fit, which nothing here "
                        f"sets: {_said(self.taken)} (a flag, --set engine.KNOB=VALUE or a "
                        "scenario's [engine] table sets another)")
@@ -48,6 +49,15 @@ class FittedKnobs:
                        "as set here (a flag, --set, the scenario or the recording): the "
                        "file's parameters are what its server's steps took at the fit's")
         return tuple(out)
+
+    def taken_said(self) -> str:
+        """Where the knobs taken came from, and how to set others: what the note of them says
+        besides the knobs, for a caller's settings line (``validate``/``calibrate
+        --records``)."""
+        one = len(self.taken) == 1
+        return (f"the fit's in the cost file {self.path}: nothing here sets "
+                f"{'it' if one else 'them'}; a flag, --set engine.KNOB=VALUE or a scenario's "
+                "[engine] table sets another")
 
     def named_in(self, error: str) -> str:
         """``error`` with the knobs it names that were taken from the fit said as the fit's

@@ -502,7 +502,10 @@ class Scenario:
             return DEFAULT_TIERS
         return tuple(TierConfig(**asdict(t)) for t in self.spec.tiers)
 
-    def sim_config(self) -> SimConfig:
+    def sim_config(self, *, say_fitted: bool = True) -> SimConfig:
+        """The simulation's configuration; the cost file's notes said on stderr, the engine
+        knobs taken from its fit among them unless not ``say_fitted`` (a caller that says them
+        with its other settings: :meth:`~kvbudget.simulator.fitted_knobs.FittedKnobs.taken_said`)."""
         s = self.spec
         front_door = None
         if s.front_door is not None:
@@ -546,7 +549,8 @@ class Scenario:
         checked = load_checked_cost_model(path, config.fit_target(),
                                           transfer=s.cost_model_transfer)
         print_notes(replace(checked, notes=checked.notes + fitted_engine_notes(
-            path, config.engine.name) + (self.fitted.notes() if self.fitted else ())))
+            path, config.engine.name) + (self.fitted.notes(taken=say_fitted)
+                                         if self.fitted else ())))
         if checked.model is None:  # nothing carried over: the default step model
             return config
         # a calibrated file's frontend_overhead_s stands for the API server
@@ -818,14 +822,14 @@ _CHOOSE_POLICY = (": make one of them the scenario's policy (--set policy=NAME, 
 
 def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
-    source: str | Path | None = None,
+    source: str | Path | None = None, say_fitted: bool = True,
 ) -> Scenario:
     merged, fitted = with_fitted_knobs(apply_overrides(dict(data), overrides), base_dir,
                                        _ENGINE_DEFAULTS)
     spec = validate_spec(merged)
     scenario = Scenario(spec, base_dir, None if source is None else str(source), fitted)
     try:
-        _check_scenario(scenario)
+        _check_scenario(scenario, say_fitted)
     except ValueError as exc:  # a knob nobody here set is named as the cost file's fit's
         if fitted is None or fitted.named_in(str(exc)) == str(exc):
             raise
@@ -833,11 +837,12 @@ def scenario_from_dict(
     return scenario
 
 
-def _check_scenario(scenario: Scenario) -> None:
-    """Fail early on bad names and values that only the library checks."""
+def _check_scenario(scenario: Scenario, say_fitted: bool = True) -> None:
+    """Fail early on bad names and values that only the library checks (``say_fitted``:
+    :meth:`Scenario.sim_config`'s)."""
     spec = scenario.spec
     try:
-        config = scenario.sim_config()
+        config = scenario.sim_config(say_fitted=say_fitted)
         if config.engine.speculative_config is not None:  # its tiers are the run's
             config.engine.speculative_config.resolved(
                 config.seed, {t.name: t.priority for t in config.tiers})
@@ -1001,9 +1006,11 @@ def make_scenario(
     clients: Mapping[str, Any] | None = None,
     engine_defaults: str | None = None,
     frontend: str | None = None,
+    say_fitted: bool = True,
 ) -> Scenario:
     """A scenario file (or the embedded default) with values applied on top, as the command
-    line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``.
+    line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``
+    (``say_fitted``: :meth:`Scenario.sim_config`'s, as the scenario is checked).
 
     ``trace`` replaces the workload by that trace file (``trace_format``, and
     ``trace_options``: a ``[workload.options]`` table as in a scenario file, e.g.
@@ -1011,8 +1018,7 @@ def make_scenario(
     to the scenario's own trace workload. ``engine`` maps ``[engine]`` keys to values
     (``{"max_num_seqs": 128, "name": "sglang"}``). ``clients`` maps tiers to client presets
     or tables, over the scenario's ``[clients]`` (``{"batch": "batch-pipeline"}``). ``overrides`` are ``--set`` items
-    (``key=value``), applied before the keyword values. Errors name the file and the field.
-    """
+    (``key=value``), applied before the keyword values. Errors name the file and the field."""
     if scenario is not None:
         data: dict[str, Any] = _read_toml(Path(scenario))
         base = Path(scenario).resolve().parent
@@ -1057,7 +1063,8 @@ def make_scenario(
                              "scenario whose [workload] has kind = \"trace\"")
         workload["options"] = {**workload.get("options", {}), **trace_options}
     try:
-        return scenario_from_dict(data, base, [*overrides, *flags], source=scenario)
+        return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,
+                                  say_fitted=say_fitted)
     except ValueError as exc:
         where = f"{scenario}: " if scenario is not None else ""
         raise ValueError(f"{where}{exc}") from None

@@ -803,3 +803,51 @@ def test_simulate_on_a_trace_says_whether_the_gpu_kept_up(tmp_path: Path) -> Non
     load = [line for line in _lines(stdout) if line.startswith("load: ")]
     assert len(load) == 1 and "no request completed" in load[0], stdout
     assert "grew" not in load[0] and "kept up" not in load[0], stdout
+
+
+def test_simulate_counts_a_request_that_waited_and_expired_until_its_deadline(
+        tmp_path: Path) -> None:
+    """A request that waited in the gateway's queue and expired was counted gone from its
+    arrival ('4 at the window's midpoint'): the load line's backlogs left out every request
+    the gateway held waiting. Now each leaves at its admission deadline (the interactive
+    tier's 10 s after its arrival, the default scenario's): at 2 req/s on a cache that holds
+    one at a time, the 20 that arrived in the last 10 s wait (or run) and one more runs."""
+    slow = tmp_path / "slow.csv"
+    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i * 0.5},500,500,500\n" for i in range(121)))
+    code, stdout, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70",
+                               "--out", str(tmp_path / "run"))
+    assert code == 0, stderr
+    records = pq.read_table(tmp_path / "run" / "requests.parquet").to_pydict()
+    assert set(records["status"]) == {"completed", "expired"}
+    assert {r for s, r in zip(records["status"], records["reason"], strict=True)
+            if s == "expired"} == {"deadline"}
+    said = " ".join(stdout.split())
+    assert "21 at the window's midpoint, 21 at the last arrival" in said, said
+    assert "do not keep" not in said
+
+
+def test_compare_says_the_load_of_each_policys_run(tmp_path: Path) -> None:
+    """``compare`` printed no ``load:`` line where ``simulate`` did: a comparison of policies at
+    a load past what the deployment sustains did not say so. Each policy's run has its own
+    (its backlog follows its refusals): on a cache that holds one request at a time, unlimited
+    admits every request and its backlog grows; conservative keeps its backlog level by letting
+    requests expire, as ``simulate`` says of it."""
+    slow = tmp_path / "slow.csv"
+    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i * 0.5},500,500,500\n" for i in range(121)))
+    code, stdout, stderr = run("compare", "--trace", str(slow), "--num-gpu-blocks", "70",
+                               "--policies", "unlimited,conservative")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    load = said[said.index("load under policy unlimited: "):]
+    unlimited, conservative = load.split("load under policy conservative: ")
+    assert unlimited.startswith("load under policy unlimited: 2 req/s offered")
+    assert "the backlog grew" in unlimited and "shed (" not in unlimited
+    assert "21 at the window's midpoint, 21 at the last arrival" in conservative
+    assert "99 of 121 (82%) shed" in conservative
+    assert "stayed level by turning requests away" in conservative
+    code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
+    assert code == 0, stderr
+    alone = " ".join(simulated.split())
+    assert alone[alone.index("load: ") + len("load: "):].startswith(conservative.strip())

@@ -43,3 +43,79 @@ def test_a_scenario_files_knob_is_named_with_its_table(tmp_path: Path) -> None:
     scenario.write_text('[engine]\nkv_cache_dtype = "int3"\n')
     assert _error("--scenario", str(scenario)) == (
         f"error: {scenario}: engine.kv_cache_dtype must be one of {DTYPES}")
+
+
+REC = Path(__file__).resolve().parents[1] / "fixtures/recordings/vllm-bench-0.32.0/rate8.json"
+"""A recording of vllm bench serve 0.32.0 (tests/fixtures/recordings: made by running it)."""
+
+
+def _records_error(command: str, *args: str, out: str) -> str:
+    res = CliRunner().invoke(app, [command, "--records", str(REC), "--gpu", "H100-80GB",
+                                   "--model", "Llama-3.1-8B", "--out", out, *args])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), res.stderr  # one line, never a traceback
+    return lines[-1]
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+@pytest.mark.parametrize(("args", "said"), [
+    # named 'engine.kv_cache_dtype must be ...', 'engine.tensor_parallel_size 3 ...' and
+    # 'unknown engine ...': the overrides the flags were turned into, not what was typed
+    (["--kv-cache-dtype", "int3"], f"error: --kv-cache-dtype must be one of {DTYPES}"),
+    (["-tp", "3"], "error: -tp/--tensor-parallel-size 3 does not divide Llama-3.1-8B's 32 "
+     "attention heads (vLLM requires it to)"),
+    (["--engine", "foo"], "error: --engine: unknown engine 'foo'; known: vllm, vllm-swap, tgi, "
+     "sglang, trtllm"),
+    (["--set", "engine.kv_cache_dtype=int3"],
+     f"error: engine.kv_cache_dtype must be one of {DTYPES}"),
+    (["--num-gpu-blocks", "0"],
+     "error: --num-gpu-blocks: input should be greater than or equal to 1, got 0"),
+])
+def test_a_records_commands_engine_flag_is_named_as_typed(
+        command: str, args: list[str], said: str, tmp_path: Path) -> None:
+    out = str(tmp_path / ("v" if command == "validate" else "c.json"))
+    assert _records_error(command, *args, out=out) == said
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate"])
+def test_a_set_field_is_not_blamed_on_the_scenario_file(command: str, tmp_path: Path) -> None:
+    """A ``--set`` of a knob the ``--scenario`` file does not hold was blamed on the file
+    ('FILE: engine.kv_cache_dtype must be ...'): it names the field the --set gave; a bad
+    value the file holds still names the file."""
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text("[engine]\nmax_num_seqs = 64\n")
+    bad.write_text('[engine]\nkv_cache_dtype = "int3"\n')
+    records = [] if command == "simulate" else ["--records", str(REC), "--gpu", "H100-80GB",
+                                                "--model", "Llama-3.1-8B"]
+    for scenario, args, said in (
+            (good, ["--set", "engine.kv_cache_dtype=int3"], "error: engine.kv_cache_dtype"),
+            (bad, [], f"error: {bad}: engine.kv_cache_dtype")):
+        res = CliRunner().invoke(app, [command, *records, "--scenario", str(scenario), *args,
+                                       "--out", str(tmp_path / "o")])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip().splitlines()[-1] == f"{said} must be one of {DTYPES}"
+
+
+def test_the_live_commands_refuse_the_engine_flags_they_do_not_use(tmp_path: Path) -> None:
+    """``validate --url`` took --kv-cache-dtype, -tp, --engine, --num-gpu-blocks,
+    --block-size, --gpu and --set and used none (the server tells its blocks, the cost file
+    the rest); ``calibrate --url --kv-cache-dtype int3`` timed the server, then wrote the
+    bad value into the cost file. Each is refused before any server is asked (port 9 has
+    none: a refusal after asking would say it cannot reach it)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 4}\n')
+    live = ["--url", "http://127.0.0.1:9"]
+    for flag, value in (("--kv-cache-dtype", "fp8"), ("-tp", "2"), ("--engine", "tgi"),
+                        ("--num-gpu-blocks", "10"), ("--block-size", "32"), ("--gpu", "L4"),
+                        ("--set", "engine.max_num_seqs=3")):
+        res = CliRunner().invoke(app, ["validate", *live, "--trace", str(trace), "--cost-model",
+                                       str(tmp_path / "none.json"), flag, value])
+        assert res.exit_code == 2, res.output
+        assert "applies to --records, not to a live validation" in res.stderr, res.stderr
+    for args, said in ((["--kv-cache-dtype", "int3"], f"--kv-cache-dtype must be one of {DTYPES}"),
+                       (["--engine", "tgi"], "--engine applies to --records")):
+        res = CliRunner().invoke(app, ["calibrate", *live, *args, "--out",
+                                       str(tmp_path / "c.json")])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip().splitlines()[-1].startswith(f"error: {said}"), res.stderr

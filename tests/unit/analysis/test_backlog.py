@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from kvbudget.analysis.backlog import Backlog, backlog, load_said
+from kvbudget.analysis.backlog import Backlog, backlog, load_said, with_deadlines
 
 
 def columns(arrival: list[float], finished: list[float], status: list[str] | None = None
@@ -108,3 +108,53 @@ def test_requests_refused_or_dropped_are_not_counted_in_the_system() -> None:
     big = columns([0.0, 1.0, 2.0], [nan] * 3, ["rejected_too_large"] * 3)
     said = load_said(big, summary(big, 0.0)).replace("\n  ", " ")
     assert "no request completed" in said and "kept up" not in said
+
+
+def test_a_request_that_waited_and_expired_left_at_its_deadline() -> None:
+    """One that waited in the gateway's queue until its admission deadline passed (``expired``,
+    ``deadline``: no finish in its record) was counted gone from its arrival, though the
+    gateway held it until the deadline (``policies/gateway.py`` ``_expire``). Worked by hand:
+    one arrival a second over 0..100 s; the even ones served in 2.5 s, the odd ones waiting
+    their tier's 10 s and expiring. At the midpoint (50 s) in the system: the served ones that
+    arrived after 47.5 s (48, 50) and the waiting ones that arrived after 40 s (41, 43, 45, 47,
+    49): 7, not 2; at the last arrival (100 s) likewise 98, 100 and 91, ..., 99: 7."""
+    nan = float("nan")
+    arrival = [float(k) for k in range(101)]
+    status = ["expired" if k % 2 else "completed" for k in range(101)]
+    finished = [a + 2.5 if s == "completed" else nan for a, s in zip(arrival, status, strict=True)]
+    cols = columns(arrival, finished, status)
+    cols["reason"] = np.array(["deadline" if k % 2 else "" for k in range(101)])
+    cols["tier"] = np.array(["chat"] * 101)
+    # without a deadline to place them: counted from their arrival, and said so
+    b = backlog(cols)
+    assert b is not None and (b.at_mid, b.at_end, b.num_unplaced) == (2, 2, 50)
+    said = " ".join(load_said(cols, summary(cols, 2.5)).split())
+    assert "50 of 101 (50%) shed (refused as overloaded, expired or dropped) (50 of them " \
+        "waited in the gateway's queue and expired at a time the records do not keep: " \
+        "counted gone from their arrival, so the backlogs may be that many higher)" in said
+    # the tier's 10 s wait after each arrival, as a simulated run's gateway gives it
+    placed = with_deadlines(cols, np.full(101, nan), {"chat": 10.0})
+    assert np.array_equal(placed["deadline_s"], np.array(arrival) + 10.0)
+    b = backlog(placed)
+    assert b is not None and (b.at_mid, b.at_end, b.num_unplaced) == (7, 7, 0)
+    said = " ".join(load_said(placed, summary(cols, 2.5)).split())
+    assert "7 at the window's midpoint, 7 at the last arrival" in said
+    assert "do not keep" not in said
+    # a request's own deadline (a workload's deadline_s) wins over its tier's wait: request 41
+    # given 1 s leaves at 42 s, before the midpoint (6 then); a tier without a wait gives none
+    own = np.full(101, nan)
+    own[41] = 42.0
+    b = backlog(with_deadlines(cols, own, {"chat": 10.0}))
+    assert b is not None and (b.at_mid, b.at_end) == (6, 7)
+    assert np.isnan(with_deadlines(cols, own, {"chat": None})["deadline_s"][43])
+    # a serve run's records hold deadline_s: kept as they are
+    assert with_deadlines(placed, own, {"chat": 1.0}) is placed
+    # a client's later attempt waited from its own sending, which the row does not keep
+    retried = {**placed, "num_attempts": np.array([2 if k == 49 else 1 for k in range(101)])}
+    b = backlog(retried)
+    assert b is not None and (b.at_mid, b.num_unplaced) == (6, 1)
+    # one still waiting when the run ended never left: in the system at both instants
+    ended = {**placed, "reason": np.array(["end_of_run" if k == 1 else r
+                                           for k, r in enumerate(placed["reason"])])}
+    b = backlog(ended)
+    assert b is not None and (b.at_mid, b.at_end) == (8, 8)

@@ -196,3 +196,67 @@ def test_validate_says_the_requests_it_served_that_the_recording_refused(
     simulated = pd.DataFrame({"request_id": [0, 1], "status": ["completed"] * 2})
     assert served_refusals(recording, simulated, np.array([False, True])) is not None
     assert served_refusals(recording, simulated, np.array([True, False])) is None
+
+
+def test_a_max_tokens_over_the_tier_is_recorded_as_the_gateway_refused_it(
+        tmp_path: Path) -> None:
+    """A request whose ``max_tokens`` alone is over its tier's ``max_sequence_tokens`` was
+    answered 400 before admission and written nowhere, while one whose prompt + ``max_tokens``
+    is over it was recorded ``rejected_too_large``: the run's directory and its simulation
+    (which counts such a request too large) then disagreed on the requests and the refusals.
+    It is now refused by the admission, as too large, and recorded with its tier, arrival and
+    counts; a body that is no request (not JSON, a ``max_tokens`` under 1, over
+    ``--max-body-bytes``, an unknown tier) is refused before admission and not recorded."""
+    out = tmp_path / "runs"
+
+    async def main() -> None:
+        fake = FakeUpstream(hold="none")
+        async with serving(fake.app()) as up:
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def announce(line: str) -> None:
+                if "listening on " in line:
+                    ready.set_result(line.split("listening on ")[1].split()[0])
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), capacity_tokens=100_000, out=out,
+                config=ServeConfig(count_tokens="bytes", trust_tier_header=True,
+                                   default_tier="chat", max_body_bytes=4096),
+                port=0, drain_timeout_s=5.0)
+            served = asyncio.create_task(serve(settings, announce))
+            url = await asyncio.wait_for(ready, 30) + "/v1/completions"
+            body = {"model": "fake", "prompt": "hi", "stream": True}
+            async with httpx.AsyncClient(timeout=30) as client:
+                assert (await client.post(url, json={**body, "max_tokens": 60})
+                        ).status_code == 200
+                big = await client.post(url, json={**body, "max_tokens": 3000})
+                assert big.status_code == 400
+                assert big.json()["error"]["code"] == "context_length_exceeded"
+                assert "3018 tokens (prompt + max_tokens)" in big.json()["error"]["message"]
+                for refused, status in (
+                        (client.post(url, content=b"{not json"), 400),
+                        (client.post(url, json={**body, "max_tokens": -1}), 400),
+                        (client.post(url, json={**body, "prompt": "x" * 5000}), 413),
+                        (client.post(url, json=body, headers={"x-kvbudget-tier": "gold"}),
+                         401)):
+                    assert (await refused).status_code == status
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            handler(signal.SIGTERM, None)
+            await asyncio.wait_for(served, 30)
+
+    asyncio.run(main())
+    run_dir = out / "run-0001"
+    rows = read_run(run_dir).records.sort_values("arrival_s")
+    assert list(rows["status"]) == ["completed", "rejected_too_large"]
+    big = rows.iloc[1]
+    assert (big["tier"], big["prompt_tokens"], big["max_output_tokens"]) == ("chat", 18, 3000)
+    assert big["arrival_s"] > rows["arrival_s"].iloc[0]
+    res = CliRunner().invoke(app, ["validate", "--records", str(run_dir), "--gpu", "H100-80GB",
+                                   "--model", "Llama-3.1-8B", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "2 requests simulated, 1 measured, 1 not measured" in said, said
+    sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
+    assert list(sim["status"]) == list(rows["status"])  # the simulation refused it too
