@@ -96,27 +96,55 @@ SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "create
 """Words of a key that may hold when a request was sent."""
 
 
-def unknown_requests_refusal(doc: object) -> str | None:
-    """Why a JSON list of request objects (the document, or a list under one of its keys) of
-    no tool kvbudget reads cannot be read: what it holds, whether a send time is among its
-    keys, and what to write instead; None where no such list is found."""
+def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
+    """Why request objects of no tool kvbudget reads cannot be read: a JSON list of them (the
+    document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
+    line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
+    send time is among their keys, and what to write instead; None where no such object is
+    found."""
     lists = ([("", doc)] if isinstance(doc, list) else
              [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
              if isinstance(doc, Mapping) else [])
     for where, items in lists:
         if not items or not all(isinstance(x, Mapping) for x in items[:8]):
             continue
-        keys = [str(k) for k in items[0]]
-        timed = [k for k in keys if LATENCY_WORDS.intersection(_words(k))]
-        if not timed:
-            continue
-        sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
-        shown = timed + [k for k in keys if k not in timed]  # the times first
-        return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                f"reads ({where}{_said(shown)})"
-                + ("" if sent else ", with no send time among their keys, which kvbudget "
-                   "needs to replay them")
-                + ": write them as the generic records format (arrival_s, prompt_tokens, "
-                "output_tokens, ttft_s, e2e_s; docs/recordings.md) or pass a load tool's "
-                "per-request file")
+        said = _requests_said([str(k) for k in items[0]])
+        if said:
+            return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
+                    f"reads ({where}{said}")
+    one = _one_request(doc) if one_a_line else None
+    if one:
+        return ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
+                f"({one}")
     return None
+
+
+def _one_request(doc: object) -> str | None:
+    """What a JSON object that is one request's figures holds (its values numbers, strings or
+    nulls, one a latency: a home-made benchmark's JSON lines, such as
+    github.com/liqcui/sglang-benchmark-tools ``examples/logs/*.requests.jsonl``: ``request_id,
+    input_len, output_len, ttft_ms, tpot_ms, itl_ms, e2e_ms, status, error``, which kvbudget
+    told to "pass a format", though none fits); None for anything else."""
+    if not isinstance(doc, Mapping) or any(isinstance(v, (list, Mapping)) for v in doc.values()):
+        return None
+    numbers = [str(k) for k, v in doc.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return _requests_said([str(k) for k in doc], timed_among=numbers)
+
+
+def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
+    """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
+    whether one may be a send time, then what to write), closing the parenthesis its caller
+    opened; None where no key (of ``timed_among``, where given) names a latency."""
+    timed = [k for k in (keys if timed_among is None else timed_among)
+             if LATENCY_WORDS.intersection(_words(k))]
+    if not timed:
+        return None
+    sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
+    shown = timed + [k for k in keys if k not in timed]  # the times first
+    return (f"{_said(shown)})"
+            + ("" if sent else ", with no send time among their keys, which kvbudget "
+               "needs to replay them")
+            + ": write them as the generic records format (arrival_s, prompt_tokens, "
+            "output_tokens, ttft_s, e2e_s; docs/recordings.md) or pass a load tool's "
+            "per-request file")

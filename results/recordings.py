@@ -155,6 +155,17 @@ def _first_json(path: Path, head: bytes) -> Any:
         return load_json(path)
 
 
+def _json_lines(path: Path) -> bool:
+    """Whether the file's second line is a JSON object too (one object a line)."""
+    with path.open("rb") as fh:
+        fh.readline()
+        second = fh.readline().strip()
+    try:
+        return isinstance(json.loads(second), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+
+
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
 
@@ -198,7 +209,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         if hit:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
-        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(doc)
+        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(
+            doc, one_a_line=_json_lines(path))
         if aggregates:
             raise TraceError(path, aggregates)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"

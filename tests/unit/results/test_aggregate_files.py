@@ -117,3 +117,43 @@ def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path,
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "per-request result(s)" in str(err.value) and "no send time" not in str(err.value)
+
+
+def _line_records(with_start: bool) -> list[dict[str, object]]:
+    # the layout of a home-made SGLang bench wrapper's per-request lines (github.com/liqcui/
+    # sglang-benchmark-tools 8d465f33, examples/logs/conc-32-standard__baseline.requests.jsonl:
+    # no licence, so its keys only, with figures made here)
+    rows: list[dict[str, object]] = [
+        {"request_id": str(i), "input_len": 4096, "output_len": 2048, "ttft_ms": 700.0 + i,
+         "tpot_ms": 9.0, "itl_ms": 10.0, "e2e_ms": 19345.0 + i, "status": "ok", "error": None}
+        for i in range(3)]
+    for i, row in enumerate(rows):
+        if with_start:
+            row["start_time"] = float(i)
+    return rows
+
+
+def test_per_request_lines_of_no_known_tool_say_what_to_write(tmp_path: Path) -> None:
+    # one request a line: told "cannot tell the recording format (a JSON object of none of the
+    # known tools ...); pass a format", though none fits
+    path = tmp_path / "conc-32.requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _line_records(False)))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
+            "(ttft_ms, tpot_ms, itl_ms, ...), with no send time among their keys") in said
+    assert "generic records format" in said and "pass a format" not in said
+    path.write_text("".join(json.dumps(r) + "\n" for r in _line_records(True)))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "one a line" in str(err.value) and "no send time" not in str(err.value)
+
+
+def test_one_json_object_alone_keeps_its_refusal(tmp_path: Path) -> None:
+    # a file of one object is not said to hold requests "one a line"
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_line_records(False)[0]) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "cannot tell the recording format" in str(err.value)
