@@ -60,15 +60,27 @@ def _said(names: Iterable[str]) -> str:
     return ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
 
 
+NESTED_STATS = 3
+"""How deep in objects of objects statistics are looked for: a home-made benchmark's report
+keeps them two objects down (vllm-project/production-stack 0b945e8
+``mock_benchmark_results.json``: ``sequential_vs_parallel.sequential.avg_latency``,
+``cache_efficiency.standard.avg_latency``), where one level was looked at and the file was
+told to "pass a format", which none fits."""
+
+
 def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     """Why a JSON object of no known tool holds no request: two or more of its keys (or of the
-    keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``) name statistics and
-    none of its values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
+    keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``, down to
+    :data:`NESTED_STATS` objects deep, the shallower first) name statistics and none of its
+    values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
     if any(isinstance(v, list) and len(v) > 1 for v in doc.values()):
         return None
-    stats = [str(k) for k in doc if _is_stat(str(k))]
-    stats += [f"{k}.{sub}" for k, v in doc.items() if isinstance(v, Mapping)
-              for sub in v if _is_stat(str(sub))]
+    stats: list[str] = []
+    level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
+    for _ in range(NESTED_STATS):
+        stats += [f"{where}{k}" for where, obj in level for k in obj if _is_stat(str(k))]
+        level = [(f"{where}{k}.", v) for where, obj in level for k, v in obj.items()
+                 if isinstance(v, Mapping)]
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"

@@ -157,3 +157,24 @@ def test_one_json_object_alone_keeps_its_refusal(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "cannot tell the recording format" in str(err.value)
+
+
+def test_aggregates_two_objects_down_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # the layout of vllm-project/production-stack 0b945e8 mock_benchmark_results.json (a
+    # router benchmark's report: averages two objects down, lists of latencies without tokens),
+    # told "cannot tell the recording format ...; pass a format", which none fits
+    doc = {"timestamp": 1754149492.8,
+           "sequential_vs_parallel": {"sequential": {"total_time": 3.7, "avg_latency": 0.74},
+                                      "parallel": {"total_time": 0.55, "avg_latency": 0.45}},
+           "cache_efficiency": {"standard": {"avg_latency": 1.43, "latencies": [1.36, 1.58]},
+                                "cache_speedup": 2.74},
+           "summary": {"parallel_speedup": 6.68}}
+    path = tmp_path / "mock_benchmark_results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds aggregate figures (sequential_vs_parallel.sequential.avg_latency, "
+            "sequential_vs_parallel.parallel.avg_latency, cache_efficiency.standard.avg_latency)"
+            ) in said
+    assert NEEDS in said and "pass a format" not in said
