@@ -106,6 +106,23 @@ LATENCY_WORDS = frozenset({"ttft", "latency", "e2e", "e2el", "tpot", "itl"})
 SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "created", "begin",
                         "issued", "scheduled"})
 """Words of a key that may hold when a request was sent."""
+FINISH_WORDS = frozenset({"complete", "completed", "end", "finish", "finished", "done"})
+"""Words of a key that may hold when a request's answer ended (``t_complete``, ``end_time``)."""
+NOT_A_TIME = frozenset({"token", "tokens", "text", "reason", "id", "batch"})
+"""Words of a key that is no request's time though a finish word is among them
+(``finish_reason``, ``batch_t_end``)."""
+
+
+def _timed(key: str) -> bool:
+    """Whether a request's key names one of its measured times: a latency (``ttft_ms``,
+    ``e2e_latency``), or a timestamp of its first token or of its end (``t_first_token``,
+    ``t_complete``: a home-made harness's per-request results, github.com/maerory/vllm-bench
+    9c1f1d8 ``results/*-vllm-c16.json``, beside its ``t_request_sent``, which kvbudget told
+    to "pass a format", though none fits)."""
+    words = set(_words(key))
+    return bool(LATENCY_WORDS & words
+                or ("first" in words and words & {"token", "chunk"})
+                or (FINISH_WORDS & words and not NOT_A_TIME & words))
 
 
 def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
@@ -148,8 +165,7 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
     """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
     whether one may be a send time, then what to write), closing the parenthesis its caller
     opened; None where no key (of ``timed_among``, where given) names a latency."""
-    timed = [k for k in (keys if timed_among is None else timed_among)
-             if LATENCY_WORDS.intersection(_words(k))]
+    timed = [k for k in (keys if timed_among is None else timed_among) if _timed(k)]
     if not timed:
         return None
     sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
@@ -158,5 +174,8 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
             + ("" if sent else ", with no send time among their keys, which kvbudget "
                "needs to replay them")
             + ": write them as the generic records format (arrival_s, prompt_tokens, "
-            "output_tokens, ttft_s, e2e_s; docs/recordings.md) or pass a load tool's "
-            "per-request file")
+            "output_tokens, ttft_s, e2e_s; docs/recordings.md"
+            + ("; ttft_s and e2e_s are times from the send: the first token's and the end's "
+               "timestamps less the send's" if any(not LATENCY_WORDS & set(_words(k))
+                                                    for k in timed) else "")
+            + ") or pass a load tool's per-request file")

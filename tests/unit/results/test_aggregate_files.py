@@ -178,3 +178,26 @@ def test_aggregates_two_objects_down_are_said_to_be_aggregates(tmp_path: Path) -
             "sequential_vs_parallel.parallel.avg_latency, cache_efficiency.standard.avg_latency)"
             ) in said
     assert NEEDS in said and "pass a format" not in said
+
+
+def test_per_request_timestamps_are_said_with_how_to_write_them(tmp_path: Path) -> None:
+    # the layout of a home-made harness's results (github.com/maerory/vllm-bench 9c1f1d8,
+    # results/20260531-080839-vllm-c16.json: no licence, so its keys only, figures made here):
+    # each request's send, first-token and end timestamps, no latency key, so told "cannot
+    # tell the recording format ...; pass a format", which none fits
+    requests = [{"prompt_id": f"short_{i:02d}", "tier": "short", "prompt": "x",
+                 "prompt_tokens": 43, "output_tokens": 256, "output_text": "y",
+                 "t_request_sent": 1780215063.09 + i, "t_first_token": 1780215064.11 + i,
+                 "t_complete": 1780215068.03 + i, "token_arrival_times": [1.02, 1.15],
+                 "batch_id": 0, "batch_t_start": 1780215063.09, "batch_t_end": 1780215121.8,
+                 "finish_reason": "length"} for i in range(2)]
+    path = tmp_path / "20260531-080839-vllm-c16.json"
+    path.write_text(json.dumps({"metadata": {"runner": "vllm", "concurrency": 16},
+                                "results": requests}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds 2 per-request result(s) in a layout of no tool kvbudget reads (under "
+            "'results': t_first_token, t_complete, prompt_id, ...)") in said
+    assert "no send time" not in said and "pass a format" not in said
+    assert "ttft_s and e2e_s are times from the send" in said
