@@ -88,6 +88,12 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                                  "a trace format from (a JSON lines trace has one request a "
                                  f"line, with its token counts); {RECORDING_HINT}",
                                  line=1) from None
+            if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(first):
+                # the line ended before its value did: a document indented over several lines
+                raise TraceError(path, "its first line opens a JSON value that goes on past "
+                                 "it (one JSON document over several lines), not a trace: a "
+                                 "JSON lines trace has one request a line, with its token "
+                                 f"counts; {RECORDING_HINT}", line=1) from None
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines trace "
                              f"has one request a line; {RECORDING_HINT}", line=1) from None
         keys = set(record) if isinstance(record, dict) else set()

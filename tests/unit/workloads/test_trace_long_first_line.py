@@ -42,3 +42,17 @@ def test_a_short_broken_line_is_still_invalid_json(tmp_path: Path) -> None:
     path = tmp_path / "broken.jsonl"
     path.write_text('{"arrival_s": 0.0, "prompt_tokens" 5}\n')
     assert "not valid JSON" in _refusal(path)
+
+
+@pytest.mark.parametrize("name", ["inference-perf-otel-simple-chain-excerpt.json",
+                                  "inference-sim-jan20-codellama-prefill-1-excerpt.json"])
+def test_an_indented_json_document_is_not_called_invalid_json(name: str) -> None:
+    # an indented JSON document (inference-perf's OTel replay trace, a GuideLLM report) passed
+    # as a trace: its first line, "{" or "[", was parsed alone and said to be
+    # "not valid JSON (Expecting property name enclosed in double quotes)", though the file is
+    path = PUBLISHED / name
+    json.loads(path.read_text())  # valid JSON, over many lines
+    said = _refusal(path)
+    assert "not valid JSON" not in said
+    assert "its first line opens a JSON value that goes on past it" in said
+    assert RECORDING_HINT in said
