@@ -93,7 +93,7 @@ from kvbudget.results.recorded_inference_perf import read_inference_perf, sessio
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
-from kvbudget.results.recorded_otel import is_otlp_traces, read_otel
+from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
@@ -190,7 +190,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
-    sessions = session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
+    sessions = (session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
+                or flat_spans_refusal(doc))
     if sessions:
         raise TraceError(path, sessions)
     refusals = (
