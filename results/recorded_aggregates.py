@@ -34,9 +34,11 @@ NEEDED = ("not per-request records: kvbudget replays each request (its send time
           "prompt_tokens, output_tokens, ttft_s, e2e_s)")
 
 
-RATE = re.compile(r"(^|_)per_(second|sec|s)$")
-"""A rate over a window (``requests_per_second``, ``tokens_per_sec``): a statistic over the
-requests of the window, not one request's figure."""
+RATE = re.compile(r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$")
+"""A rate over a window (``requests_per_second``, ``tokens_per_sec``, ``tg_tok_s``): a
+statistic over the requests of the window, not one request's figure. The short form is a
+llama-bench wrapper's (github.com/MMeffert/intel-llm-bench 057f2c2 ``results.jsonl``: one line
+a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format")."""
 
 TIME_COLUMNS = frozenset({"time_elapsed", "elapsed", "elapsed_s", "timestamp", "time", "time_s",
                           "window_start", "interval"})

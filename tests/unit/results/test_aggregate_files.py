@@ -201,3 +201,18 @@ def test_per_request_timestamps_are_said_with_how_to_write_them(tmp_path: Path) 
             "'results': t_first_token, t_complete, prompt_id, ...)") in said
     assert "no send time" not in said and "pass a format" not in said
     assert "ttft_s and e2e_s are times from the send" in said
+
+
+def test_a_llama_bench_wrappers_rates_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # the layout of github.com/MMeffert/intel-llm-bench 057f2c2 results.jsonl (one line a
+    # model and device: llama-bench's prompt and generation rates), told "cannot tell the
+    # recording format ...; pass a format", which none fits
+    rows = [{"name": "gemma-4-e4b", "quant": "Q4_K_M", "device": device, "status": "ok",
+             "pp_tok_s": 796.4, "tg_tok_s": 46.9, "vram_mb": None, "error": None,
+             "timestamp": "2026-08-13T18:29:00.547890Z"} for device in ("a770", "igpu")]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert "holds aggregate figures (pp_tok_s, tg_tok_s)" in said and NEEDS in said
