@@ -56,3 +56,11 @@ def test_an_indented_json_document_is_not_called_invalid_json(name: str) -> None
     assert "not valid JSON" not in said
     assert "its first line opens a JSON value that goes on past it" in said
     assert RECORDING_HINT in said
+
+
+def test_a_truncated_first_line_is_still_invalid_json(tmp_path: Path) -> None:
+    # a line cut short opens a value it does not close, but the file is no JSON document
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"arrival_s": 0.0, "prompt_tokens": \n{"arrival_s": 1.0}\n')
+    said = _refusal(path)
+    assert "not valid JSON" in said and "goes on past it" not in said
