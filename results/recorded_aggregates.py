@@ -152,7 +152,7 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
 
 def _one_request(doc: object) -> str | None:
     """What a JSON object that is one request's figures holds (its values numbers, strings or
-    nulls, one a latency: a home-made benchmark's JSON lines, such as
+    nulls, one a measured time: a home-made benchmark's JSON lines, such as
     github.com/liqcui/sglang-benchmark-tools ``examples/logs/*.requests.jsonl``: ``request_id,
     input_len, output_len, ttft_ms, tpot_ms, itl_ms, e2e_ms, status, error``, which kvbudget
     told to "pass a format", though none fits); None for anything else."""
@@ -166,7 +166,8 @@ def _one_request(doc: object) -> str | None:
 def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
     """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
     whether one may be a send time, then what to write), closing the parenthesis its caller
-    opened; None where no key (of ``timed_among``, where given) names a latency."""
+    opened; None where no key (of ``timed_among``, where given) names a measured time
+    (:func:`_timed`)."""
     timed = [k for k in (keys if timed_among is None else timed_among) if _timed(k)]
     if not timed:
         return None
