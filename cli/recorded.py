@@ -101,6 +101,9 @@ class RecordedSetup:
     """Draws the fit's bootstrap (``--seed``)."""
     policy_given: bool = False
     """``--policy`` was given: the gateway it names is simulated with the tiers as they are."""
+    settings_said: str = ""
+    """The ``settings:`` line, unwrapped: what is simulated and whence, its ``ASSUMED`` parts
+    (kept in the simulated run's summary, which ``kvbudget report`` shows)."""
 
     @property
     def simulated_policy(self) -> str | None:
@@ -326,7 +329,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     shown = recorded + [i for i in choice.items if not i.startswith("engine.name=")]
     assumed = "" if scenario is not None or recording.format == "run" else engine_assumed_said(
         cfg, given, overrides or [], config.engine_for().name)
-    typer.echo(fill(f"settings: model {config.model} ({model_from}), GPU "
+    said = (f"settings: model {config.model} ({model_from}), GPU "
                f"{gpu_label(config.gpu) if isinstance(config.gpu, str | Path) else config.gpu}"
                f" ({gpu_from})" + choice.said + assumed + _tp_said(scn, cfg, given, scenario)
                + _one_server_said(recording, config, scenario)
@@ -337,10 +340,11 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
                   else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
-                  "max_tokens" if max_output is not None else "") + tiers_said), err=True)
+                  "max_tokens" if max_output is not None else "") + tiers_said)
+    typer.echo(fill(said), err=True)
     _warn_sliding(recording, config)
     return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
-                         policy_given=policy is not None)
+                         policy_given=policy is not None, settings_said=said)
 
 
 _ENGINE_FLAGS = {"tensor_parallel_size": "-tp/--tensor-parallel-size",
@@ -988,7 +992,8 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))
     result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
-    write_validation(result, setup.recording, out, meta=meta, rows=rows)
+    write_validation(result, setup.recording, out, meta=meta, rows=rows,
+                     assumed=[setup.settings_said] if "ASSUMED" in setup.settings_said else [])
     title = ("simulated vs measured" if rows is None else
              f"held out (the last {holdout:g}, {counted(result.num_compared, 'request')}):")
     print_comparison(result.table, title)

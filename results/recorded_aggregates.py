@@ -34,9 +34,11 @@ NEEDED = ("not per-request records: kvbudget replays each request (its send time
           "prompt_tokens, output_tokens, ttft_s, e2e_s)")
 
 
-RATE = re.compile(r"(^|_)per_(second|sec|s)$")
-"""A rate over a window (``requests_per_second``, ``tokens_per_sec``): a statistic over the
-requests of the window, not one request's figure."""
+RATE = re.compile(r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$")
+"""A rate over a window (``requests_per_second``, ``tokens_per_sec``, ``tg_tok_s``): a
+statistic over the requests of the window, not one request's figure. The short form is a
+llama-bench wrapper's (github.com/MMeffert/intel-llm-bench 057f2c2 ``results.jsonl``: one line
+a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format")."""
 
 TIME_COLUMNS = frozenset({"time_elapsed", "elapsed", "elapsed_s", "timestamp", "time", "time_s",
                           "window_start", "interval"})
@@ -60,15 +62,27 @@ def _said(names: Iterable[str]) -> str:
     return ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
 
 
+NESTED_STATS = 3
+"""How deep in objects of objects statistics are looked for: a home-made benchmark's report
+keeps them two objects down (vllm-project/production-stack 0b945e8
+``mock_benchmark_results.json``: ``sequential_vs_parallel.sequential.avg_latency``,
+``cache_efficiency.standard.avg_latency``), where one level was looked at and the file was
+told to "pass a format", which none fits."""
+
+
 def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     """Why a JSON object of no known tool holds no request: two or more of its keys (or of the
-    keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``) name statistics and
-    none of its values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
+    keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``, down to
+    :data:`NESTED_STATS` objects deep, the shallower first) name statistics and none of its
+    values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
     if any(isinstance(v, list) and len(v) > 1 for v in doc.values()):
         return None
-    stats = [str(k) for k in doc if _is_stat(str(k))]
-    stats += [f"{k}.{sub}" for k, v in doc.items() if isinstance(v, Mapping)
-              for sub in v if _is_stat(str(sub))]
+    stats: list[str] = []
+    level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
+    for _ in range(NESTED_STATS):
+        stats += [f"{where}{k}" for where, obj in level for k in obj if _is_stat(str(k))]
+        level = [(f"{where}{k}.", v) for where, obj in level for k, v in obj.items()
+                 if isinstance(v, Mapping)]
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
@@ -94,29 +108,77 @@ LATENCY_WORDS = frozenset({"ttft", "latency", "e2e", "e2el", "tpot", "itl"})
 SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "created", "begin",
                         "issued", "scheduled"})
 """Words of a key that may hold when a request was sent."""
+FINISH_WORDS = frozenset({"complete", "completed", "end", "finish", "finished", "done"})
+"""Words of a key that may hold when a request's answer ended (``t_complete``, ``end_time``)."""
+NOT_A_TIME = frozenset({"token", "tokens", "text", "reason", "id", "batch"})
+"""Words of a key that is no request's time though a finish word is among them
+(``finish_reason``, ``batch_t_end``)."""
 
 
-def unknown_requests_refusal(doc: object) -> str | None:
-    """Why a JSON list of request objects (the document, or a list under one of its keys) of
-    no tool kvbudget reads cannot be read: what it holds, whether a send time is among its
-    keys, and what to write instead; None where no such list is found."""
+def _timed(key: str) -> bool:
+    """Whether a request's key names one of its measured times: a latency (``ttft_ms``,
+    ``e2e_latency``), or a timestamp of its first token or of its end (``t_first_token``,
+    ``t_complete``: a home-made harness's per-request results, github.com/maerory/vllm-bench
+    9c1f1d8 ``results/*-vllm-c16.json``, beside its ``t_request_sent``, which kvbudget told
+    to "pass a format", though none fits)."""
+    words = set(_words(key))
+    return bool(LATENCY_WORDS & words
+                or ("first" in words and words & {"token", "chunk"})
+                or (FINISH_WORDS & words and not NOT_A_TIME & words))
+
+
+def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
+    """Why request objects of no tool kvbudget reads cannot be read: a JSON list of them (the
+    document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
+    line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
+    send time is among their keys, and what to write instead; None where no such object is
+    found."""
     lists = ([("", doc)] if isinstance(doc, list) else
              [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
              if isinstance(doc, Mapping) else [])
     for where, items in lists:
         if not items or not all(isinstance(x, Mapping) for x in items[:8]):
             continue
-        keys = [str(k) for k in items[0]]
-        timed = [k for k in keys if LATENCY_WORDS.intersection(_words(k))]
-        if not timed:
-            continue
-        sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
-        shown = timed + [k for k in keys if k not in timed]  # the times first
-        return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                f"reads ({where}{_said(shown)})"
-                + ("" if sent else ", with no send time among their keys, which kvbudget "
-                   "needs to replay them")
-                + ": write them as the generic records format (arrival_s, prompt_tokens, "
-                "output_tokens, ttft_s, e2e_s; docs/recordings.md) or pass a load tool's "
-                "per-request file")
+        said = _requests_said([str(k) for k in items[0]])
+        if said:
+            return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
+                    f"reads ({where}{said}")
+    one = _one_request(doc) if one_a_line else None
+    if one:
+        return ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
+                f"({one}")
     return None
+
+
+def _one_request(doc: object) -> str | None:
+    """What a JSON object that is one request's figures holds (its values numbers, strings or
+    nulls, one a measured time: a home-made benchmark's JSON lines, such as
+    github.com/liqcui/sglang-benchmark-tools ``examples/logs/*.requests.jsonl``: ``request_id,
+    input_len, output_len, ttft_ms, tpot_ms, itl_ms, e2e_ms, status, error``, which kvbudget
+    told to "pass a format", though none fits); None for anything else."""
+    if not isinstance(doc, Mapping) or any(isinstance(v, (list, Mapping)) for v in doc.values()):
+        return None
+    numbers = [str(k) for k, v in doc.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return _requests_said([str(k) for k in doc], timed_among=numbers)
+
+
+def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
+    """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
+    whether one may be a send time, then what to write), closing the parenthesis its caller
+    opened; None where no key (of ``timed_among``, where given) names a measured time
+    (:func:`_timed`)."""
+    timed = [k for k in (keys if timed_among is None else timed_among) if _timed(k)]
+    if not timed:
+        return None
+    sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
+    shown = timed + [k for k in keys if k not in timed]  # the times first
+    return (f"{_said(shown)})"
+            + ("" if sent else ", with no send time among their keys, which kvbudget "
+               "needs to replay them")
+            + ": write them as the generic records format (arrival_s, prompt_tokens, "
+            "output_tokens, ttft_s, e2e_s; docs/recordings.md"
+            + ("; ttft_s and e2e_s are times from the send: the first token's and the end's "
+               "timestamps less the send's" if any(not LATENCY_WORDS & set(_words(k))
+                                                    for k in timed) else "")
+            + ") or pass a load tool's per-request file")

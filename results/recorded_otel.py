@@ -80,6 +80,35 @@ def is_otlp_traces(doc: Mapping[str, Any]) -> bool:
     return isinstance(doc.get("resourceSpans"), list)
 
 
+def flat_spans_refusal(doc: Mapping[str, Any]) -> str | None:
+    """Why a trace of LLM calls as flat spans is not read: a JSON object whose ``spans`` list
+    holds spans with ``gen_ai.*`` attributes (not OTLP's ``resourceSpans``), the layout
+    inference-perf's ``otel_trace_replay`` data source replays (kubernetes-sigs/inference-perf
+    ``examples/otel/README.md``, "Trace file format": ``start_time``, ``end_time``,
+    ``gen_ai.input.messages``, ``gen_ai.request.max_tokens``, and only where the system
+    recorded them ``gen_ai.usage.*`` token counts). Such a file is a load to replay, collected
+    from an agent system: its calls' start and end, no first token and, in inference-perf's own
+    examples, no token count. It was told "cannot tell the recording format ...; pass a
+    format", which none fits. None for anything else."""
+    spans = doc.get("spans")
+    if not isinstance(spans, list) or not spans or not all(
+            isinstance(s, Mapping) for s in spans[:8]):
+        return None
+    attributes = [s.get("attributes") for s in spans]
+    if not any(isinstance(a, Mapping) and any(str(k).startswith("gen_ai.") for k in a)
+               for a in attributes[:8]):
+        return None
+    counted = sum(isinstance(a, Mapping) and PROMPT in a and OUTPUT in a for a in attributes)
+    return (f"is a trace of LLM calls as flat OpenTelemetry spans ({len(spans)} under 'spans', "
+            "with gen_ai.* attributes: the layout inference-perf's otel_trace_replay data "
+            "source replays), each call's start and end"
+            + (f", {counted} with token counts" if counted else ", no token counts")
+            + ", no first token: a load to replay, not a recording kvbudget reads; replay it "
+            "with inference-perf (data.type otel_trace_replay) and pass the "
+            "per_request_lifecycle_metrics.json it writes, or pass an OTLP JSON export of "
+            "vLLM's own llm_request spans (--otlp-traces-endpoint; docs/recordings.md)")
+
+
 @dataclass(frozen=True)
 class Span:
     """One ``llm_request`` span's figures (NaN where absent)."""

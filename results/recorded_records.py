@@ -42,6 +42,7 @@ from kvbudget.workloads.traces._files import file_facts, line_of_row
 from kvbudget.workloads.traces._jsonl import read_jsonl_columns
 from kvbudget.workloads.traces._tabular import generic_kind
 from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
+from kvbudget.workloads.traces.report import DRAWN_ARRIVALS
 from kvbudget.workloads.workload import Workload
 
 
@@ -101,6 +102,9 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
                              "format (the measured time from arrival to the first token / to "
                              "the last token, in seconds)", line=1 if line_of else None,
                              field=names[canon])
+    if DRAWN_ARRIVALS in loaded.report.warnings:
+        raise TraceError(path, no_send_times(trace_cols.get("arrival_s", "arrival_s")),
+                         field=trace_cols.get("arrival_s", "arrival_s"))
     rows = _file_rows(path, workload, numbers.get("id"), measured.num_rows)
     ttft = numbers["ttft_s"][rows]
     e2e = numbers["e2e_s"][rows]
@@ -129,6 +133,23 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     notes.append(OPEN_REPLAY_NOTE)
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+def no_send_times(column: str) -> str:
+    """Why a records file without its send times is refused: its TTFT and E2E were measured
+    under the load its requests met, which only their send times give. The trace loader draws
+    Poisson arrivals at 1 req/s for a table of lengths alone (``DRAWN_ARRIVALS``), which a
+    trace may use but a measurement may not: a script's per-request latencies without a send
+    time (github.com/liqcui/sglang-benchmark-tools ``examples/logs/*.requests.jsonl``: ``ttft_ms``,
+    ``e2e_ms``, ``input_len``, ``output_len``, mapped with ``--column``) were validated against a
+    load kvbudget made up, exit 0, and its "measured" output tokens/s spanned the made-up
+    arrivals."""
+    return (f"has no {column!r} column (when each request was sent, seconds): the measured "
+            "TTFT and E2E depend on the load the requests met, which only their send times "
+            "give, so kvbudget does not compare them with arrivals it would draw; map the "
+            "file's send-time column with --column arrival_s=COLUMN (epoch seconds are fine), "
+            "or, where the file keeps none, simulate its lengths at a load you choose: "
+            "kvbudget simulate --trace FILE --arrival poisson:RATE")
 
 
 OPEN_REPLAY_NOTE = (

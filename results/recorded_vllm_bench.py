@@ -68,7 +68,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     server_metrics_note,
     v0_engine_note,
 )
-from kvbudget.results.recorded_vllm_metadata import metadata_note
+from kvbudget.results.recorded_vllm_metadata import metadata_note, object_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.results.vllm_releases import client_release_note
 from kvbudget.workloads.errors import TraceError
@@ -874,7 +874,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              sweep_server(first)[1],
                              metadata_note(first, SWEEP_READ if "run_number" in first else
-                                           frozenset())) if n)
+                                           frozenset()), object_note(first)) if n)
     notes.extend(_sglang_servers(docs)[1])
     notes.extend(n for line, doc in docs if (n := _probe_note(doc, line)))
     # SGLang's bench_serving keeps a refusal's body ("Bad Request: " + the response text,

@@ -46,3 +46,35 @@ def metadata_note(doc: Mapping[str, Any], read_elsewhere: frozenset[str]) -> str
     return (f"the file's --metadata {shown}: not read (kvbudget takes only max_tokens and "
             "ignore_eos from it); where they describe the server, pass them as --gpu, "
             "--tensor-parallel-size, --engine or --set fleet.num_replicas=N")
+
+
+READ_OBJECTS = frozenset({"server_info", "details"})
+"""The keys of a serving benchmark's result whose values are JSON objects that kvbudget reads:
+SGLang's ``server_info`` and its nested per-request ``details``."""
+
+
+def object_note(doc: Mapping[str, Any]) -> str | None:
+    """A note naming the JSON objects of one result (``doc``) that kvbudget does not read, with
+    their first scalar pairs (one object down besides); None where there is none.
+
+    A script that runs ``vllm.benchmarks.serve.benchmark`` itself may save what it learnt of the
+    server beside the result (github.com/maty0609/vllm-benchmarks ``vllm_benchmark.py``:
+    ``server_config`` with ``gpu_type`` 'RTX 3090 24GB', ``model_root``
+    'QuantTrio/Qwen3.5-27B-AWQ' and ``vllm_params``), which kvbudget passed over unsaid while
+    its settings line said "the recording does not name its GPU"."""
+    unread = [(k, v) for k, v in doc.items() if isinstance(k, str) and isinstance(v, Mapping)
+              and v and k not in READ_OBJECTS]
+    if not unread:
+        return None
+    said = []
+    for key, obj in unread:
+        pairs = [(f"{key}.{k}", v) for k, v in obj.items() if not isinstance(v, Mapping | list)]
+        pairs += [(f"{key}.{k}.{k2}", v2) for k, v in obj.items() if isinstance(v, Mapping)
+                  for k2, v2 in v.items() if not isinstance(v2, Mapping | list)]
+        shown = ", ".join(f"{k}={str(v)[:40]}" for k, v in pairs[:SHOWN]) + (
+            f" and {len(pairs) - SHOWN} more" if len(pairs) > SHOWN else "")
+        said.append(f"{key} ({shown})" if shown else key)
+    return (f"the file's {'; '.join(said)}: not read (kvbudget reads no such object of a "
+            "serving benchmark's result: the settings line's ASSUMED parts stand); where it "
+            "describes the server, pass it as --gpu, --model, --tensor-parallel-size or --set "
+            "engine.KEY=VALUE (docs/scenarios.md)")

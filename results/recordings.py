@@ -93,7 +93,7 @@ from kvbudget.results.recorded_inference_perf import read_inference_perf, sessio
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
-from kvbudget.results.recorded_otel import is_otlp_traces, read_otel
+from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
@@ -155,6 +155,17 @@ def _first_json(path: Path, head: bytes) -> Any:
         return load_json(path)
 
 
+def _json_lines(path: Path) -> bool:
+    """Whether the file's second line is a JSON object too (one object a line)."""
+    with path.open("rb") as fh:
+        fh.readline()
+        second = fh.readline().strip()
+    try:
+        return isinstance(json.loads(second), dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+
+
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
 
@@ -179,7 +190,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
-    sessions = session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
+    sessions = (session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
+                or flat_spans_refusal(doc))
     if sessions:
         raise TraceError(path, sessions)
     refusals = (
@@ -198,7 +210,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         if hit:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
-        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(doc)
+        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(
+            doc, one_a_line=_json_lines(path))
         if aggregates:
             raise TraceError(path, aggregates)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -332,9 +332,14 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
 
 def write_validation(result: OfflineValidation, recording: Recording, out: Path, *,
                      meta: Mapping[str, Any] | None = None,
-                     rows: npt.NDArray[np.bool_] | None = None) -> None:
+                     rows: npt.NDArray[np.bool_] | None = None,
+                     assumed: Sequence[str] = ()) -> None:
     """``validation.csv`` (the table), ``validation.json`` (table, per-request errors, what
-    was compared), ``validate.png`` (CDFs, simulated against measured) and ``sim/``."""
+    was compared), ``validate.png`` (CDFs, simulated against measured) and ``sim/``, whose
+    summary keeps ``assumed`` (the settings the command line took unsaid by the recording: the
+    GPU, the engine, its knobs) beside what the run itself assumed: ``kvbudget report`` of
+    ``sim/`` showed the GPU and model simulated with none of the ASSUMED the command printed,
+    as if the recording had named them."""
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
@@ -344,7 +349,11 @@ def write_validation(result: OfflineValidation, recording: Recording, out: Path,
                "holdout_rows": None if rows is None else int(np.asarray(rows).sum()),
                **dict(meta or {})}
     (out / "validation.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    result.simulated.write(out / "sim")
+    simulated = result.simulated
+    if assumed:
+        simulated = replace(simulated, summary={**simulated.summary, "assumed": [
+            *simulated.summary.get("assumed", ()), *assumed]})
+    simulated.write(out / "sim")
     measured = recording.records()
     sim = result.simulated.records
     if rows is not None:

@@ -66,6 +66,21 @@ def _refuse_one_short(path: Path, names: list[str],
                              field=missing[0])
 
 
+DOCUMENT_BYTES = 64 << 20
+"""The largest file read whole to tell an indented JSON document from a broken line."""
+
+
+def _one_document(path: Path) -> bool:
+    """Whether the file is one JSON document (of at most :data:`DOCUMENT_BYTES`)."""
+    if path.stat().st_size > DOCUMENT_BYTES:
+        return False
+    try:
+        json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+    return True
+
+
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
     path = Path(path)
@@ -88,6 +103,13 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                                  "a trace format from (a JSON lines trace has one request a "
                                  f"line, with its token counts); {RECORDING_HINT}",
                                  line=1) from None
+            if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(first) \
+                    and _one_document(path):
+                # the line ended before its value did: a document indented over several lines
+                raise TraceError(path, "its first line opens a JSON value that goes on past "
+                                 "it (one JSON document over several lines), not a trace: a "
+                                 "JSON lines trace has one request a line, with its token "
+                                 f"counts; {RECORDING_HINT}", line=1) from None
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines trace "
                              f"has one request a line; {RECORDING_HINT}", line=1) from None
         keys = set(record) if isinstance(record, dict) else set()

@@ -117,3 +117,102 @@ def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path,
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "per-request result(s)" in str(err.value) and "no send time" not in str(err.value)
+
+
+def _line_records(with_start: bool) -> list[dict[str, object]]:
+    # the layout of a home-made SGLang bench wrapper's per-request lines (github.com/liqcui/
+    # sglang-benchmark-tools 8d465f33, examples/logs/conc-32-standard__baseline.requests.jsonl:
+    # no licence, so its keys only, with figures made here)
+    rows: list[dict[str, object]] = [
+        {"request_id": str(i), "input_len": 4096, "output_len": 2048, "ttft_ms": 700.0 + i,
+         "tpot_ms": 9.0, "itl_ms": 10.0, "e2e_ms": 19345.0 + i, "status": "ok", "error": None}
+        for i in range(3)]
+    for i, row in enumerate(rows):
+        if with_start:
+            row["start_time"] = float(i)
+    return rows
+
+
+def test_per_request_lines_of_no_known_tool_say_what_to_write(tmp_path: Path) -> None:
+    # one request a line: told "cannot tell the recording format (a JSON object of none of the
+    # known tools ...); pass a format", though none fits
+    path = tmp_path / "conc-32.requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _line_records(False)))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
+            "(ttft_ms, tpot_ms, itl_ms, ...), with no send time among their keys") in said
+    assert "generic records format" in said and "pass a format" not in said
+    path.write_text("".join(json.dumps(r) + "\n" for r in _line_records(True)))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "one a line" in str(err.value) and "no send time" not in str(err.value)
+
+
+def test_one_json_object_alone_keeps_its_refusal(tmp_path: Path) -> None:
+    # a file of one object is not said to hold requests "one a line"
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_line_records(False)[0]) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "cannot tell the recording format" in str(err.value)
+
+
+def test_aggregates_two_objects_down_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # the layout of vllm-project/production-stack 0b945e8 mock_benchmark_results.json (a
+    # router benchmark's report: averages two objects down, lists of latencies without tokens),
+    # told "cannot tell the recording format ...; pass a format", which none fits
+    doc = {"timestamp": 1754149492.8,
+           "sequential_vs_parallel": {"sequential": {"total_time": 3.7, "avg_latency": 0.74},
+                                      "parallel": {"total_time": 0.55, "avg_latency": 0.45}},
+           "cache_efficiency": {"standard": {"avg_latency": 1.43, "latencies": [1.36, 1.58]},
+                                "cache_speedup": 2.74},
+           "summary": {"parallel_speedup": 6.68}}
+    path = tmp_path / "mock_benchmark_results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds aggregate figures (sequential_vs_parallel.sequential.avg_latency, "
+            "sequential_vs_parallel.parallel.avg_latency, cache_efficiency.standard.avg_latency)"
+            ) in said
+    assert NEEDS in said and "pass a format" not in said
+
+
+def test_per_request_timestamps_are_said_with_how_to_write_them(tmp_path: Path) -> None:
+    # the layout of a home-made harness's results (github.com/maerory/vllm-bench 9c1f1d8,
+    # results/20260531-080839-vllm-c16.json: no licence, so its keys only, figures made here):
+    # each request's send, first-token and end timestamps, no latency key, so told "cannot
+    # tell the recording format ...; pass a format", which none fits
+    requests = [{"prompt_id": f"short_{i:02d}", "tier": "short", "prompt": "x",
+                 "prompt_tokens": 43, "output_tokens": 256, "output_text": "y",
+                 "t_request_sent": 1780215063.09 + i, "t_first_token": 1780215064.11 + i,
+                 "t_complete": 1780215068.03 + i, "token_arrival_times": [1.02, 1.15],
+                 "batch_id": 0, "batch_t_start": 1780215063.09, "batch_t_end": 1780215121.8,
+                 "finish_reason": "length"} for i in range(2)]
+    path = tmp_path / "20260531-080839-vllm-c16.json"
+    path.write_text(json.dumps({"metadata": {"runner": "vllm", "concurrency": 16},
+                                "results": requests}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert ("holds 2 per-request result(s) in a layout of no tool kvbudget reads (under "
+            "'results': t_first_token, t_complete, prompt_id, ...)") in said
+    assert "no send time" not in said and "pass a format" not in said
+    assert "ttft_s and e2e_s are times from the send" in said
+
+
+def test_a_llama_bench_wrappers_rates_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # the layout of github.com/MMeffert/intel-llm-bench 057f2c2 results.jsonl (one line a
+    # model and device: llama-bench's prompt and generation rates), told "cannot tell the
+    # recording format ...; pass a format", which none fits
+    rows = [{"name": "gemma-4-e4b", "quant": "Q4_K_M", "device": device, "status": "ok",
+             "pp_tok_s": 796.4, "tg_tok_s": 46.9, "vram_mb": None, "error": None,
+             "timestamp": "2026-08-13T18:29:00.547890Z"} for device in ("a770", "igpu")]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert "holds aggregate figures (pp_tok_s, tg_tok_s)" in said and NEEDS in said

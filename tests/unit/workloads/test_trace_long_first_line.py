@@ -42,3 +42,25 @@ def test_a_short_broken_line_is_still_invalid_json(tmp_path: Path) -> None:
     path = tmp_path / "broken.jsonl"
     path.write_text('{"arrival_s": 0.0, "prompt_tokens" 5}\n')
     assert "not valid JSON" in _refusal(path)
+
+
+@pytest.mark.parametrize("name", ["inference-perf-otel-simple-chain-excerpt.json",
+                                  "inference-sim-jan20-codellama-prefill-1-excerpt.json"])
+def test_an_indented_json_document_is_not_called_invalid_json(name: str) -> None:
+    # an indented JSON document (inference-perf's OTel replay trace, a GuideLLM report) passed
+    # as a trace: its first line, "{" or "[", was parsed alone and said to be
+    # "not valid JSON (Expecting property name enclosed in double quotes)", though the file is
+    path = PUBLISHED / name
+    json.loads(path.read_text())  # valid JSON, over many lines
+    said = _refusal(path)
+    assert "not valid JSON" not in said
+    assert "its first line opens a JSON value that goes on past it" in said
+    assert RECORDING_HINT in said
+
+
+def test_a_truncated_first_line_is_still_invalid_json(tmp_path: Path) -> None:
+    # a line cut short opens a value it does not close, but the file is no JSON document
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"arrival_s": 0.0, "prompt_tokens": \n{"arrival_s": 1.0}\n')
+    said = _refusal(path)
+    assert "not valid JSON" in said and "goes on past it" not in said
