@@ -14,7 +14,9 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    defaults_said,
     policy_names,
+    say_assumed,
     say_workload,
     with_scenario_options,
 )
@@ -115,13 +117,14 @@ def compare_cmd(
         scn = setup.build(seed=seed)
         if replications == 1:
             result = compare(scn, names, metrics=metric)
+            say_assumed(defaults_said(setup))  # once the trace has loaded
             if interval is not None:
                 _add_intervals(result, scn, names, interval, interval_draws)
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
-            setting = say_workload(scn)
+            setting = say_workload(scn, defaults=defaults_said(setup))
             bar = Bar("compare", len(names) * replications, "run", lines_from=1)
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:

@@ -11,7 +11,9 @@ from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
+    defaults_said,
     flag_named,
+    say_assumed,
     with_scenario_options,
 )
 from kvbudget.cli.progress import Bar
@@ -123,6 +125,7 @@ def simulate_cmd(
             result = run_one(scn, None, f"simulate {scn.spec.policy}")
         else:
             result = run_with_intervals(scn, interval, interval_draws)
+        say_assumed(defaults_said(setup))  # once the trace has loaded
         written = result.write(out) if out is not None else []
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))

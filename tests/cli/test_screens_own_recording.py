@@ -37,6 +37,47 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def test_a_trace_on_the_default_gpu_and_model_says_so(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, _, stderr = run("simulate", "--trace", trace)
+    assert code == 0, stderr
+    said = flat(stderr)
+    assert ("assumed: GPU H100-80GB and model Llama-3.1-8B, the default scenario's: no --gpu or "
+            "--model given") in said, stderr
+    code, _, stderr = run("compare", "--trace", trace, "--gpu", "A100-80GB",
+                          "--policies", "unlimited")
+    assert code == 0, stderr
+    assert "assumed: model Llama-3.1-8B, the default scenario's: no --model given" in flat(
+        stderr) and "GPU H100-80GB" not in stderr
+    code, _, stderr = run("simulate", "--trace", trace, "--gpu", "A100-80GB", "--set",
+                          "model=Qwen2.5-7B")
+    assert code == 0, stderr
+    assert "the default scenario's" not in stderr, stderr
+
+
+def test_a_scenario_file_without_gpu_says_whose_it_took(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(f'model = "Qwen2.5-7B"\n[workload]\nkind = "trace"\npath = "{trace}"\n')
+    code, _, stderr = run("simulate", "--scenario", scenario)
+    assert code == 0, stderr
+    assert (f"assumed: GPU H100-80GB, the default scenario's: no --gpu given ({scenario} does "
+            "not name it)") in flat(stderr), stderr
+
+
+def test_plan_says_the_default_model_but_not_the_gpus_it_searches(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, _, stderr = run("plan", "--trace", trace, "--gpus", "A100-80GB", "--replicas", "1",
+                          "-r", "1", "--policies", "unlimited", "--out", tmp_path / "plan")
+    assert code == 0, stderr
+    said = flat(stderr)
+    assert "assumed: model Llama-3.1-8B, the default scenario's" in said, stderr
+    assert "GPU H100-80GB" not in said
+
+
 def test_a_cost_file_fitted_on_another_gpu_names_the_flags_of_its_own(tmp_path: Path) -> None:
     """A user who calibrated on their A100 and left out --gpu: the refusal names the flags that
     simulate the file's own deployment, not only the transfer (which on another GPU carries
