@@ -12,14 +12,18 @@ only of ``--cost-model-transfer`` (which resets every parameter on another GPU).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.fitted_on import FitTarget
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
+from kvbudget.results.recordings import read_recording
 from tests.unit.perf.test_fitted_on import fitted_file
 
 RECORDINGS = Path(__file__).parents[1] / "fixtures" / "recordings"
@@ -35,6 +39,88 @@ def run(*args: object) -> tuple[int, str, str]:
 
 def flat(text: str) -> str:
     return " ".join(text.split())
+
+
+def test_simulate_trace_of_a_load_tools_result_names_the_conversion(tmp_path: Path) -> None:
+    code, _, stderr = run("simulate", "--trace", RATE8)
+    assert code == 2
+    assert "kvbudget trace convert FILE --out T.csv" in flat(stderr), stderr
+    assert "--rate-scale 2" in stderr, stderr
+
+
+def test_a_load_tools_result_converts_to_the_trace_it_sent(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, stdout, stderr = run("trace", "convert", RATE8, "--out", out)
+    assert code == 0, stderr
+    rec = read_recording(RATE8)
+    trace = pd.read_csv(out)
+    assert len(trace) == len(rec.workload) == 20
+    assert trace["arrival_s"].tolist() == pytest.approx(rec.workload.arrival_s.tolist())
+    assert trace["prompt_tokens"].tolist() == rec.workload.prompt_tokens.tolist()
+    assert trace["output_tokens"].tolist() == rec.workload.output_tokens.tolist()
+    # vllm bench serve keeps no max_tokens: the realised output, said, and the file says so
+    assert trace["max_output_tokens"].tolist() == trace["output_tokens"].tolist()
+    said = flat(stderr)
+    assert "max_tokens: its realised output length" in said, stderr
+    assert f"{out} holds what was assumed above as if its file had said it" in said
+    assert "20 requests" in stdout and "(vllm bench serve)" in stdout
+    # the what-if: twice its rate, on the deployment given
+    code, stdout, stderr = run("simulate", "--trace", out, "--rate-scale", "2", "--gpu",
+                               "H100-80GB", "--model", "Llama-3.1-8B", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["offered"] == 20
+    span = float(rec.workload.arrival_s[-1] - rec.workload.arrival_s[0])
+    assert summary["offered_window_s"] == pytest.approx(span / 2)
+
+
+def test_a_max_output_rule_applies_when_converting_a_recording(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, _, stderr = run("trace", "convert", RATE8, "--out", out, "--max-output", "512")
+    assert code == 0, stderr
+    assert set(pd.read_csv(out)["max_output_tokens"]) == {512}
+
+
+def test_a_trace_option_on_a_recording_is_refused_naming_where_it_applies(
+        tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, _, stderr = run("trace", "convert", RATE8, "--out", out, "--rate-scale", "2")
+    assert code == 2
+    said = flat(stderr)
+    assert said.startswith("error: --rate-scale: ") and "a load tool's recording" in said
+    assert f"kvbudget simulate --trace {out} --rate-scale" in said, stderr
+    assert not out.exists()
+
+
+def test_a_summary_of_aggregates_is_refused_naming_the_file_to_convert(tmp_path: Path) -> None:
+    """AIPerf's summary beside its per-request file: the recordings' reader names the file to
+    pass, where the trace loader could only say it is not JSON lines."""
+    summary = RECORDINGS / "aiperf-0.13.0" / "rate8_aiperf.json"
+    code, _, stderr = run("trace", "convert", summary, "--out", tmp_path / "t.csv")
+    assert code == 2
+    assert stderr.strip() == (f"error: {summary}: is AIPerf's summary (profile_export_aiperf.json): "
+                              "aggregates only; pass the per-request profile_export.jsonl beside it")
+
+
+def test_converting_a_closed_loop_sweep_says_what_the_trace_cannot_hold(tmp_path: Path) -> None:
+    """GuideLLM's sweep: a synchronous stage (1 user), a throughput stage (512 users) and a
+    constant-rate stage capped at 512 in flight, one after another."""
+    out = tmp_path / "sweep.csv"
+    code, _, stderr = run("trace", "convert", SWEEP, "--out", out)
+    assert code == 0, stderr
+    said = flat(stderr)
+    assert "stage 0: synchronous was a closed loop of 1 user" in said, stderr
+    assert "--users 1 simulates 1 user sending its requests in turn" in said
+    assert "--users 512 simulates 512 users" in said
+    assert "at most 512 in flight" in said and "replays open loop without that cap" in said
+    assert f"{out} holds the recording's 3 stages one after another" in said
+
+
+def test_converting_conversations_says_their_turn_order_is_not_kept(tmp_path: Path) -> None:
+    out = tmp_path / "turns.csv"
+    code, _, stderr = run("trace", "convert", TURNS, "--out", out)
+    assert code == 0, stderr
+    assert f"{out} holds no conversation" in flat(stderr), stderr
 
 
 def test_a_trace_on_the_default_gpu_and_model_says_so(tmp_path: Path) -> None:
