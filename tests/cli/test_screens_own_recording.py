@@ -181,3 +181,21 @@ def test_a_cost_file_fitted_on_another_gpu_names_the_flags_of_its_own(tmp_path: 
     code, _, stderr = run("simulate", "--trace", trace, "--cost-model", cost, "--gpu",
                           "A100-80GB", "--model", "Qwen2.5-7B", "--tensor-parallel-size", "2")
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("args", [[RATE8], ["RUN", "--measured", RATE8]])
+def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
+        tmp_path: Path, args: list[object]) -> None:
+    """``kvbudget report bench.json`` said "not a run directory (a file, not a directory)"."""
+    run_dir = tmp_path / "run"
+    code, _, stderr = run("simulate", "--set", "workload.duration_s=5", "--out", run_dir)
+    assert code == 0, stderr
+    args = [run_dir if a == "RUN" else a for a in args]
+    code, _, stderr = run("report", *args, "--out", tmp_path / "report")
+    assert code == 2
+    said = flat(stderr)
+    where = "--measured: " if "--measured" in args else ""
+    assert said.startswith(f"error: {where}{RATE8}: a load tool's recording (vllm-bench), not "
+                           "a run directory"), stderr
+    assert f"kvbudget validate --records {RATE8} --out DIR" in said
+    assert not (tmp_path / "report").exists()
