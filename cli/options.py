@@ -477,9 +477,14 @@ def defaults_said(setup: ScenarioArgs, varies: Collection[str] = ()) -> str | No
     named: set[str] = set()
     if setup.scenario is not None:
         try:
-            named = set(tomllib.loads(Path(setup.scenario).read_text()))
+            table = tomllib.loads(Path(setup.scenario).read_text())
         except (OSError, ValueError):  # the scenario's own load says why
             return None
+        named = set(table)
+        if "gpus" in (table.get("fleet") or {}) or "disaggregation" in table:
+            named.add("gpu")  # a mixed fleet's or the pools' GPUs (or theirs, said)
+    if any(key.startswith(("fleet.gpus", "disaggregation")) for key in typed):
+        named.add("gpu")
     fields_ = {f.name: f.default for f in dataclasses.fields(ScenarioSpec)}
     left = [(key, word) for key, word in DEFAULTED
             if key not in typed and key not in named and key not in varies]

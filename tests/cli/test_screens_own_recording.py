@@ -199,3 +199,12 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
                            "a run directory"), stderr
     assert f"kvbudget validate --records {RATE8} --out DIR" in said
     assert not (tmp_path / "report").exists()
+
+
+def test_a_fleet_of_named_gpus_is_not_said_to_take_the_default_gpu(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, _, stderr = run("simulate", "--trace", trace, "--model", "Llama-3.1-8B", "--set",
+                          "fleet.num_replicas=2", "--set", 'fleet.gpus=["A100-80GB","L40S"]')
+    assert code == 0, stderr
+    assert "the default scenario's" not in stderr, stderr
