@@ -269,7 +269,7 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
     if len(rec.stages) > 1:
         lines.append(f"warning: {out} holds the recording's {len(rec.stages)} stages one after "
                      "another on its clock, with the pauses between them: --window START:END "
-                     "keeps one")
+                     f"keeps one ({_stage_spans(rec)})")
     if rec.conversations is not None:
         lines.append(f"warning: {out} holds no conversation: a later turn is sent at its "
                      "recorded time, not after the turn before it ended")
@@ -281,6 +281,19 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
                  f"kvbudget simulate --trace {out} --gpu GPU --model MODEL --cost-model "
                  "cost.json --rate-scale 2 (twice its rate)")
     return lines
+
+
+def _stage_spans(rec: "Recording") -> str:
+    """Each stage's first and last send on the converted trace's clock, ``--window``'s
+    terms (``0: synchronous 0.000 .. 1.234 s``)."""
+    arrival = rec.workload.arrival_s
+    labels = rec.measured["stage"].astype(str).to_numpy()
+    spans = []
+    for st in rec.stages:
+        at = arrival[labels == st.label]
+        if len(at):
+            spans.append(f"{st.label} {float(at.min()):.3f} .. {float(at.max()):.3f} s")
+    return "; ".join(spans)
 
 
 def _synth_spec(spec_file: Path | None) -> dict[str, Any]:
