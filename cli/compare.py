@@ -115,9 +115,10 @@ def compare_cmd(
         _check_interval(interval, interval_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)
+        defaults: str | None = None
         if replications == 1:
             result = compare(scn, names, metrics=metric)
-            say_assumed(defaults_said(setup))  # once the trace has loaded
+            defaults = defaults_said(setup)  # said once the trace has loaded
             if interval is not None:
                 _add_intervals(result, scn, names, interval, interval_draws)
             if out is not None:
@@ -139,6 +140,7 @@ def compare_cmd(
                 result.table.to_csv(out / "compare.csv", index=False)
     if as_json:
         if replications == 1:
+            say_assumed(defaults)  # on stderr, beside the JSON
             typer.echo(json.dumps(result.summaries(), indent=2))
         else:
             typer.echo(result.table.to_json(orient="records", indent=2))
@@ -146,7 +148,7 @@ def compare_cmd(
         summaries = result.summaries()
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
-                                    conclusion=conclude(summaries)))
+                                    conclusion=conclude(summaries), defaults=defaults))
         for s in summaries if interval is not None else ():
             typer.echo(f"\npolicy {s['policy']}:")
             typer.echo(render_intervals(headline(s), s["intervals"]))

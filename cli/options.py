@@ -498,10 +498,11 @@ def defaults_said(setup: ScenarioArgs, varies: Collection[str] = ()) -> str | No
             "answer is for that deployment; pass yours")
 
 
-def say_assumed(line: str | None) -> None:
-    """``line`` (:func:`defaults_said`) on stderr, where there is one."""
+def say_assumed(line: str | None, *, err: bool = True) -> None:
+    """``line`` (:func:`defaults_said`) where there is one: on stderr, or (``err=False``) on
+    stdout above a table's own ``simulated:`` and ``assumed:`` lines."""
     if line is not None:
-        typer.echo(fill(line), err=True)
+        typer.echo(fill(line), err=err)
 
 
 def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, str]) -> None:

@@ -125,13 +125,15 @@ def simulate_cmd(
             result = run_one(scn, None, f"simulate {scn.spec.policy}")
         else:
             result = run_with_intervals(scn, interval, interval_draws)
-        say_assumed(defaults_said(setup))  # once the trace has loaded
+        defaults = defaults_said(setup)  # said once the trace has loaded
         written = result.write(out) if out is not None else []
     if as_json:
+        say_assumed(defaults)  # on stderr, beside the JSON
         typer.echo(json.dumps(result.summary, indent=2))
     else:
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
-        typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
+        typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets,
+                                    defaults=defaults))
         load = load_said(result.record_columns, result.summary)
         if load:
             typer.echo(load)

@@ -114,6 +114,10 @@ def test_converting_a_closed_loop_sweep_says_what_the_trace_cannot_hold(tmp_path
     assert "--users 512 simulates 512 users" in said
     assert "at most 512 in flight" in said and "replays open loop without that cap" in said
     assert f"{out} holds the recording's 3 stages one after another" in said
+    trace = pd.read_csv(out)
+    first, last = trace["arrival_s"].iloc[0], trace["arrival_s"].iloc[-1]
+    assert f"keeps one (0: synchronous {first:.3f} .. " in said, stderr
+    assert f"x512 63.372 .. {last:.3f} s)" in said
 
 
 def test_converting_conversations_says_their_turn_order_is_not_kept(tmp_path: Path) -> None:
@@ -124,22 +128,29 @@ def test_converting_conversations_says_their_turn_order_is_not_kept(tmp_path: Pa
 
 
 def test_a_trace_on_the_default_gpu_and_model_says_so(tmp_path: Path) -> None:
+    """Under the simulated: line it qualifies (stderr beside --json)."""
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
-    code, _, stderr = run("simulate", "--trace", trace)
+    code, stdout, stderr = run("simulate", "--trace", trace)
     assert code == 0, stderr
-    said = flat(stderr)
-    assert ("assumed: GPU H100-80GB and model Llama-3.1-8B, the default scenario's: no --gpu or "
-            "--model given") in said, stderr
-    code, _, stderr = run("compare", "--trace", trace, "--gpu", "A100-80GB",
-                          "--policies", "unlimited")
+    lines = stdout.replace("\n  ", " ").splitlines()
+    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB)")
+    assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
+                               "scenario's: no --gpu or --model given"), stdout
+    code, stdout, stderr = run("simulate", "--trace", trace, "--json")
     assert code == 0, stderr
-    assert "assumed: model Llama-3.1-8B, the default scenario's: no --model given" in flat(
-        stderr) and "GPU H100-80GB" not in stderr
-    code, _, stderr = run("simulate", "--trace", trace, "--gpu", "A100-80GB", "--set",
-                          "model=Qwen2.5-7B")
+    assert json.loads(stdout)["overall"]["offered"] == 2
+    assert "the default scenario's: no --gpu or --model given" in flat(stderr), stderr
+    code, stdout, stderr = run("compare", "--trace", trace, "--gpu", "A100-80GB",
+                               "--policies", "unlimited")
     assert code == 0, stderr
-    assert "the default scenario's" not in stderr, stderr
+    assert stdout.replace("\n  ", " ").splitlines()[1].startswith(
+        "assumed: model Llama-3.1-8B, the default scenario's: no --model given"), stdout
+    assert "GPU H100-80GB" not in stdout
+    code, stdout, stderr = run("simulate", "--trace", trace, "--gpu", "A100-80GB", "--set",
+                               "model=Qwen2.5-7B")
+    assert code == 0, stderr
+    assert "the default scenario's" not in stdout + stderr
 
 
 def test_a_scenario_file_without_gpu_says_whose_it_took(tmp_path: Path) -> None:
@@ -147,10 +158,10 @@ def test_a_scenario_file_without_gpu_says_whose_it_took(tmp_path: Path) -> None:
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
     scenario = tmp_path / "s.toml"
     scenario.write_text(f'model = "Qwen2.5-7B"\n[workload]\nkind = "trace"\npath = "{trace}"\n')
-    code, _, stderr = run("simulate", "--scenario", scenario)
+    code, stdout, stderr = run("simulate", "--scenario", scenario)
     assert code == 0, stderr
     assert (f"assumed: GPU H100-80GB, the default scenario's: no --gpu given ({scenario} does "
-            "not name it)") in flat(stderr), stderr
+            "not name it)") in flat(stdout), stdout
 
 
 def test_plan_says_the_default_model_but_not_the_gpus_it_searches(tmp_path: Path) -> None:
@@ -204,10 +215,10 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
 def test_a_fleet_of_named_gpus_is_not_said_to_take_the_default_gpu(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
-    code, _, stderr = run("simulate", "--trace", trace, "--model", "Llama-3.1-8B", "--set",
-                          "fleet.num_replicas=2", "--set", 'fleet.gpus=["A100-80GB","L40S"]')
+    code, stdout, stderr = run("simulate", "--trace", trace, "--model", "Llama-3.1-8B", "--set",
+                               "fleet.num_replicas=2", "--set", 'fleet.gpus=["A100-80GB","L40S"]')
     assert code == 0, stderr
-    assert "the default scenario's" not in stderr, stderr
+    assert "the default scenario's" not in stdout + stderr, stdout
 
 
 def test_a_study_of_a_trace_says_its_replications_run_the_same_requests(tmp_path: Path) -> None:
