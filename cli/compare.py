@@ -15,7 +15,9 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    defaults_said,
     policy_names,
+    say_assumed,
     say_workload,
     with_scenario_options,
 )
@@ -132,15 +134,17 @@ def compare_cmd(
         _check_interval(interval, interval_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)
+        defaults: str | None = None
         if replications == 1:
             result = compare(scn, names, metrics=metric)
+            defaults = defaults_said(setup)  # said once the trace has loaded
             if interval is not None:
                 _add_intervals(result, scn, names, interval, interval_draws)
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
-            setting = say_workload(scn)
+            setting = say_workload(scn, defaults=defaults_said(setup))
             bar = Bar("compare", len(names) * replications, "run", lines_from=1)
             try:
                 with make_executor(executor, jobs=jobs, address=address) as ex:
@@ -155,6 +159,7 @@ def compare_cmd(
                 result.table.to_csv(out / "compare.csv", index=False)
     if as_json:
         if replications == 1:
+            say_assumed(defaults)  # on stderr, beside the JSON
             typer.echo(json.dumps(result.summaries(), indent=2))
         else:
             typer.echo(result.table.to_json(orient="records", indent=2))
@@ -162,7 +167,7 @@ def compare_cmd(
         summaries = result.summaries()
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
         typer.echo(render_summaries(summaries, wide=wide, slo_targets=targets,
-                                    conclusion=conclude(summaries)))
+                                    conclusion=conclude(summaries), defaults=defaults))
         _say_load(scn, names, result)
         for s in summaries if interval is not None else ():
             typer.echo(f"\npolicy {s['policy']}:")

@@ -18,8 +18,10 @@ A new shared option is one entry in a table below (its name, its ``Annotated`` t
 ``typer.Option``, its default); every command that takes the set then has it.
 """
 
+import dataclasses
 import inspect
 import json
+import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
-from kvbudget.simulator.scenario import make_scenario
+from kvbudget.simulator.scenario import ScenarioSpec, make_scenario
 from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
@@ -456,6 +458,53 @@ def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
     return typed
 
 
+DEFAULTED = (("gpu", "GPU"), ("model", "model"))
+"""The scenario fields a trace or a scenario file may leave to the default scenario's values
+(:class:`~kvbudget.simulator.scenario.ScenarioSpec`: H100-80GB, Llama-3.1-8B)."""
+
+
+def defaults_said(setup: ScenarioArgs, varies: Collection[str] = ()) -> str | None:
+    """``assumed: GPU H100-80GB and model Llama-3.1-8B, the default scenario's ...`` where a
+    trace (or a scenario file) is simulated and neither a flag, a ``--set`` nor the scenario
+    file named them: the answer is then for that deployment, which the ``simulated:`` line
+    names as if it were the user's; None where nothing was left to the default, for the
+    embedded default scenario (its help and ``make demo`` say it) and for a field the command
+    varies (``varies``: ``plan``'s ``--gpus``). Said on stderr once the workload has loaded
+    (:func:`say_assumed`, :func:`say_workload`): a bad trace's error stays its one line."""
+    if setup.scenario is None and setup.trace is None:
+        return None
+    typed = {key for _, key, _ in typed_fields(setup)}
+    named: set[str] = set()
+    if setup.scenario is not None:
+        try:
+            table = tomllib.loads(Path(setup.scenario).read_text())
+        except (OSError, ValueError):  # the scenario's own load says why
+            return None
+        named = set(table)
+        if "gpus" in (table.get("fleet") or {}) or "disaggregation" in table:
+            named.add("gpu")  # a mixed fleet's or the pools' GPUs (or theirs, said)
+    if any(key.startswith(("fleet.gpus", "disaggregation")) for key in typed):
+        named.add("gpu")
+    fields_ = {f.name: f.default for f in dataclasses.fields(ScenarioSpec)}
+    left = [(key, word) for key, word in DEFAULTED
+            if key not in typed and key not in named and key not in varies]
+    if not left:
+        return None
+    what = " and ".join(f"{word} {fields_[key]}" for key, word in left)
+    flags = " or ".join(f"--{key}" for key, _ in left)
+    source = (f"{setup.scenario} {'does not name it' if len(left) == 1 else 'names neither'}"
+              if setup.scenario is not None else "no scenario file, and a trace names neither")
+    return (f"assumed: {what}, the default scenario's: no {flags} given ({source}): the "
+            "answer is for that deployment; pass yours")
+
+
+def say_assumed(line: str | None, *, err: bool = True) -> None:
+    """``line`` (:func:`defaults_said`) where there is one: on stderr, or (``err=False``) on
+    stdout above a table's own ``simulated:`` and ``assumed:`` lines."""
+    if line is not None:
+        typer.echo(fill(line), err=err)
+
+
 def refuse_searched(setup: ScenarioArgs, command: str, searched: Mapping[str, str]) -> None:
     """A value typed for a scenario field that ``command`` sets itself in every run
     (``searched``: its key -> the option that gives its values) would go unused, the runs
@@ -494,15 +543,19 @@ def flag_named(exc: ValueError, scenario: Path | None,
     return exc
 
 
-def say_workload(scn: "Scenario", varies: Collection[str] = ()) -> tuple[str, ...]:
+def say_workload(scn: "Scenario", varies: Collection[str] = (),
+                 defaults: str | None = None) -> tuple[str, ...]:
     """On stderr, before a study's many runs, the model, the GPU and the workload they take
     and what loading the workload warned of or assumed (a trace's missing tiers and
     ``max_tokens``, drawn arrivals): their tables have no room for it, and ``simulate``'s and
     ``compare``'s print it with theirs (:func:`kvbudget.studies.setting.study_setting`).
-    Returns the lines, for the study's result (``setting=``): the workload is loaded once."""
+    Returns the lines, for the study's result (``setting=``): the workload is loaded once.
+    ``defaults``: the GPU or model left to the default scenario's (:func:`defaults_said`),
+    said after them."""
     lines = study_setting(scn, varies)
     for line in lines:  # wrapped as simulate's lines are (a study's first line ran to 130)
         typer.echo(fill(line), err=True)
+    say_assumed(defaults)
     return lines
 
 

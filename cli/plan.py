@@ -13,6 +13,7 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    defaults_said,
     policy_names,
     refuse_searched,
     say_workload,
@@ -159,7 +160,7 @@ def plan_cmd(
             interval=interval)
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
-                           resume=resume)
+                           resume=resume, defaults=defaults_said(setup, varies=PLAN_AXES))
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
@@ -227,15 +228,17 @@ def _param_values(grid: list[str] | None) -> dict[str, tuple[Any, ...]] | None:
 
 
 def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
-              address: str | None, resume: bool) -> PlanResult:
+              address: str | None, resume: bool, defaults: str | None = None) -> PlanResult:
     """:func:`~kvbudget.studies.plan.plan` with a progress bar; Ctrl-C (exit 130) and a run
-    that fails (exit 1) say that the finished runs are kept."""
+    that fails (exit 1) say that the finished runs are kept; ``defaults``: what was left to
+    the default scenario (:func:`~kvbudget.cli.options.defaults_said`), said with the
+    setting."""
     bar: Bar | None = None
 
     def on_start(total: int, stored: int) -> tuple[str, ...]:
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
-        setting = say_workload(spec.scenario, varies=["gpu"])
+        setting = say_workload(spec.scenario, varies=["gpu"], defaults=defaults)
         typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
                         "configuration stops at its first replica count that meets the SLOs"),
                    err=True)

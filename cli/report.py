@@ -6,8 +6,28 @@ from typing import Annotated
 import typer
 
 from kvbudget.analysis.report import build_report
-from kvbudget.cli.errors import check_out_dir, user_errors
+from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
+from kvbudget.results.recordings import detect_recording_format
+from kvbudget.workloads.errors import TraceError
+
+
+def _refuse_recording(path: Path, flag: str = "") -> None:
+    """A load tool's result file given where a run directory is meant was told only "not a
+    run directory (a file, not a directory)": refused naming the tool and the command that
+    reads it (``validate --records``, whose ``--out`` holds a simulated run ``report`` takes)."""
+    if not path.is_file():
+        return
+    try:
+        fmt = detect_recording_format(path)
+    except (TraceError, OSError):
+        return
+    if fmt in ("records", "run"):
+        return
+    raise CliError(f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
+                   f"kvbudget validate --records {path} --out DIR compares a simulation of it "
+                   "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
+                   "DIR/sim, which report takes")
 
 
 def report_cmd(
@@ -31,6 +51,10 @@ def report_cmd(
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
         check_out_dir(out)
+        for path in run_dirs:
+            _refuse_recording(path)
+        if measured is not None:
+            _refuse_recording(measured, "--measured: ")
         bar = Bar("report", None, unit="step")
         try:
             report = build_report(run_dirs, out, measured=measured, seed=seed,

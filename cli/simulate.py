@@ -12,7 +12,9 @@ from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ScenarioArgs,
+    defaults_said,
     flag_named,
+    say_assumed,
     set_keys,
     with_scenario_options,
 )
@@ -134,12 +136,15 @@ def simulate_cmd(
             result = run_one(scn, None, f"simulate {scn.spec.policy}", workload)
         else:
             result = run_with_intervals(scn, interval, interval_draws)
+        defaults = defaults_said(setup)  # said once the trace has loaded
         written = result.write(out) if out is not None else []
     if as_json:
+        say_assumed(defaults)  # on stderr, beside the JSON
         typer.echo(json.dumps(result.summary, indent=2))
     else:
         targets = {t.name: (t.ttft_s, t.tpot_s, t.queue_timeout_s) for t in scn.tiers()}
-        typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets))
+        typer.echo(render_summaries([result.summary], wide=wide, slo_targets=targets,
+                                    defaults=defaults))
         load = load_said(records_for_load(scn, workload, result), result.summary)
         if load:
             typer.echo(load)

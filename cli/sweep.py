@@ -17,6 +17,7 @@ from kvbudget.cli.options import (
     ExecutorOpt,
     JobsOpt,
     ScenarioArgs,
+    defaults_said,
     policy_names,
     refuse_searched,
     say_workload,
@@ -153,7 +154,8 @@ def sweep_cmd(
         refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
                                          if a.key not in ("policy", "rate_scale")})
         plan = SweepPlan(scn, tuple(axes), replications, seed)
-        table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume)
+        table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume,
+                                defaults=defaults_said(setup, varies=[a.key for a in axes]))
         metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
@@ -182,14 +184,15 @@ def _sweep_axes(policies: str | None, grid: list[str] | None, rate_scale: str | 
 
 
 def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Path, *,
-                    resume: bool) -> "pd.DataFrame":
-    """:func:`~kvbudget.studies.sweep.run_sweep` with a progress bar and its rate line."""
+                    resume: bool, defaults: str | None = None) -> "pd.DataFrame":
+    """:func:`~kvbudget.studies.sweep.run_sweep` with a progress bar and its rate line;
+    ``defaults``: what was left to the default scenario, said with the setting."""
     bar: Bar | None = None
 
     def on_start(todo: int, stored: int) -> None:
         nonlocal bar
         # once the options and the stored runs have been checked
-        say_workload(plan.scenario, varies=[a.key for a in plan.axes])
+        say_workload(plan.scenario, varies=[a.key for a in plan.axes], defaults=defaults)
         typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
                         f"{counted(plan.replications, 'replication')} = "
                         f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
@@ -322,7 +325,8 @@ def tune_cmd(
         )
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn, varies=[p.key for p in spec.params])
+        setting = say_workload(scn, varies=[p.key for p in spec.params],
+                               defaults=defaults_said(setup, varies=[p.key for p in spec.params]))
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)
         written = result.write(out)
         frame = evaluations_frame(result)
@@ -474,7 +478,8 @@ def capacity_cmd(
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn, varies=["rate_scale"])  # the search scales the load
+        setting = say_workload(scn, varies=["rate_scale"],  # the search scales the load
+                               defaults=defaults_said(setup))
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, figure, setting_lines
+from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, figure, fill, setting_lines
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
 from kvbudget.workloads.counted import counted
@@ -314,10 +314,12 @@ def units_note(wide: bool, window: Any) -> str:
 
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float | None, ...]] | None = None,
-                     conclusion: str | None = None) -> str:
+                     conclusion: str | None = None, defaults: str | None = None) -> str:
     """The runs side by side: outcomes and latencies per tier, KV figures, the parameters,
     the notes on units; ``slo_targets`` (tier -> (TTFT s, TPOT s[, queue timeout s])) adds the
-    targets behind ``SLO att``, ``conclusion`` a last line (:func:`kvbudget.analysis.conclusion.conclude`)."""
+    targets behind ``SLO att``, ``conclusion`` a last line (:func:`kvbudget.analysis.conclusion.conclude`);
+    ``defaults`` (:func:`kvbudget.cli.options.defaults_said`: the GPU or model left to the
+    default scenario's) under the ``simulated:`` line it qualifies."""
     rows: list[list[Any]] = []
     for s in summaries:
         rows.extend(summary_rows(s, wide))
@@ -325,7 +327,11 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     headers = SUMMARY_HEADERS if wide else ("policy", "tier", *(h for h, _ in _NARROW))
     kv_headers = KV_HEADERS if wide else KV_NARROW
     window = summaries[0].get("offered_window_s") if summaries else None
-    lines = [*setting_lines(summaries), render(headers, rows), "", *client_lines(summaries),
+    setting = setting_lines(summaries)
+    if defaults is not None:
+        setting.insert(1 if setting[:1] and setting[0].startswith("simulated:") else 0,
+                       fill(defaults))
+    lines = [*setting, render(headers, rows), "", *client_lines(summaries),
              render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]

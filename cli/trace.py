@@ -19,16 +19,21 @@ import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
+from kvbudget.results.recording import load_words
+from kvbudget.results.recordings import detect_recording_format, read_recording
 from kvbudget.results.said import WIDTH, fill
 from kvbudget.workloads.counted import counted
+from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.fetch import SOURCES, fetch
 from kvbudget.workloads.spec import build_workload, default_workload_spec, parse_workload_spec
 from kvbudget.workloads.stats import tier_stats, workload_stats
 from kvbudget.workloads.traces import load_trace, save_workload
 from kvbudget.workloads.traces.load import detect_format, trace_seed
+from kvbudget.workloads.traces.report import load_said
 from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
+    from kvbudget.results.recording import Recording
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
 
 trace_app = typer.Typer(
@@ -166,10 +171,15 @@ def convert_command(
     trace_args: TraceArgs,
     seed: SeedOpt = None,
 ) -> None:
-    """Load any supported trace and write it in the generic format."""
+    """Load any supported trace, or the requests of a load tool's recording (vllm bench
+    serve, GuideLLM, AIPerf, ...), and write it in the generic format."""
     with user_errors():
         check_out_file(out)
         check_save_path(out)
+        tool = _tool_format(file)
+        if tool is not None:
+            _convert_recording(file, out, tool, trace_args, seed)
+            return
         options = build_trace_options(trace_args)
         loaded = load_as_simulated(file, options, seed)
         _warn(loaded)
@@ -180,6 +190,110 @@ def convert_command(
         if report.assumed or not report.timed:  # the generic format has no place to say so
             print(f"warning: {out} holds what was assumed or drawn above (not read from {file}) "
                   "as if its file had said it: a run of it will not say so", file=sys.stderr)
+
+
+RECORDING_OPTIONS = {"max_output", "default_tier"}
+"""The trace options a recording's conversion takes (:func:`read_recording`'s own); the others
+act on a trace's rows and apply when the converted file is simulated."""
+
+
+def _tool_format(file: Path) -> str | None:
+    """A load tool's recording format when ``file`` is one (``vllm-bench``, ``guidellm``,
+    ...); None for a trace, a records file, a run directory or anything the trace loader's
+    own errors describe. A file the recordings' reader refuses by name (AIPerf's summary, a
+    file of aggregates) and no trace format reads is refused with that reason."""
+    try:
+        fmt = detect_recording_format(file)
+    except OSError:
+        return None
+    except TraceError as refusal:  # a load tool's file of aggregates, a server log, ...
+        if refusal.problem.startswith("cannot tell the recording format"):
+            return None
+        try:
+            detect_format(file)
+        except (TraceError, OSError):  # no trace either: the recording's reason says more
+            raise refusal from None
+        return None
+    return None if fmt in ("records", "run") else fmt
+
+
+def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
+                       seed: int | None) -> None:
+    """Write the requests a load tool's recording sent as a trace: what ``simulate``,
+    ``compare``, ``tune``, ``capacity`` and ``plan --trace`` take for a what-if on the recorded
+    workload (``--rate-scale 2``: twice its rate). Says what the file cannot carry: a closed
+    loop's users, conversations' turn order, and what the recording assumed."""
+    given = trace_args.given()
+    other = sorted(set(given) - RECORDING_OPTIONS)
+    if other:
+        flags = ", ".join("--" + k.replace("_", "-") for k in other)
+        raise CliError(f"{flags}: {file} is a load tool's recording ({fmt}): its requests are "
+                       "written as it sent them; give these options when you simulate the "
+                       f"converted trace (kvbudget simulate --trace {out} {flags} ...)")
+    options = trace_args.options()  # TraceOptions' defaults where not given: not passed on
+    rec = read_recording(file, format=fmt, default_tier=options.default_tier,
+                         seed=0 if seed is None else seed,
+                         max_output=options.max_output if "max_output" in given else None)
+    save_workload(rec.workload, out)
+    print(f"wrote {counted(len(rec.workload), 'request')} of {file} ({rec.tool}) to {out}: "
+          "the requests as the tool sent them, on its clock")
+    for line in _recording_said(rec, out):
+        print(fill(line), file=sys.stderr)
+
+
+def _recording_said(rec: "Recording", out: Path) -> list[str]:
+    """What the converted trace holds that the recording assumed, and what it cannot hold."""
+    lines = [f"note: {rec.path}: {text}" for text in rec.notes]
+    said = load_said(rec.workload.meta)
+    lines += [f"warning: {rec.path}: {text}" for text in said.get("warnings", ())]
+    assumed = [f"assumed: {rec.path}: {text}" for text in said.get("assumed", ())]
+    lines += assumed
+    if assumed:  # the generic format has no place to say so
+        lines.append(f"warning: {out} holds what was assumed above as if its file had said it: "
+                     "a run of it will not say so")
+    for st in rec.stages:
+        label = st.label or "(one)"
+        if st.load == "closed":
+            users = counted(st.max_concurrency or 1, "user")
+            lines.append(
+                f"warning: stage {label} was a {load_words(st)}: {out} holds its requests at "
+                "their recorded sends, which a simulation of it replays open loop (a slower "
+                "simulated server does not hold the next send back, and --rate-scale scales "
+                f"those sends, not the users); --users {st.max_concurrency} simulates {users} "
+                "sending its requests in turn")
+        elif st.load == "capped":
+            lines.append(
+                f"warning: stage {label} was an {load_words(st)}: {out} holds its requests at "
+                "their recorded sends, which a simulation of it replays open loop without that "
+                "cap (a slower simulated server does not hold a send back)")
+    if len(rec.stages) > 1:
+        lines.append(f"warning: {out} holds the recording's {len(rec.stages)} stages one after "
+                     "another on its clock, with the pauses between them: --window START:END "
+                     f"keeps one ({_stage_spans(rec)})")
+    if rec.conversations is not None:
+        lines.append(f"warning: {out} holds no conversation: a later turn is sent at its "
+                     "recorded time, not after the turn before it ended")
+    server = ", ".join(f"{k} {v}" for k, v in rec.config.items()
+                       if k in ("model", "gpu", "tensor_parallel_size") and v is not None)
+    lines.append(f"simulate it with the server's --gpu and --model ("
+                 f"{'the recording says: ' + server if server else 'the recording names neither'}"
+                 ") and the cost file calibrate --records wrote: "
+                 f"kvbudget simulate --trace {out} --gpu GPU --model MODEL --cost-model "
+                 "cost.json --rate-scale 2 (twice its rate)")
+    return lines
+
+
+def _stage_spans(rec: "Recording") -> str:
+    """Each stage's first and last send on the converted trace's clock, ``--window``'s
+    terms (``0: synchronous 0.000 .. 1.234 s``)."""
+    arrival = rec.workload.arrival_s
+    labels = rec.measured["stage"].astype(str).to_numpy()
+    spans = []
+    for st in rec.stages:
+        at = arrival[labels == st.label]
+        if len(at):
+            spans.append(f"{st.label} {float(at.min()):.3f} .. {float(at.max()):.3f} s")
+    return "; ".join(spans)
 
 
 def _synth_spec(spec_file: Path | None) -> dict[str, Any]:

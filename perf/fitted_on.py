@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.perf.cost_model import CostModel, model_from_config_block, read_cost_file
-from kvbudget.perf.hardware import GPUSpec
-from kvbudget.perf.models import ModelSpec, kv_element_bytes
+from kvbudget.perf.hardware import GPUS, GPUSpec
+from kvbudget.perf.models import ModelSpec, is_preset, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -174,6 +174,28 @@ def _sameness(fitted: FitTarget, target: FitTarget) -> tuple[bool, bool, bool, b
             fitted.kv_element_bytes() == target.kv_element_bytes())
 
 
+def _own_flags(fitted: FitTarget, payload: dict[str, Any]) -> str:
+    """``to use it as it was fitted, ...: --gpu G --model M ...; `` (the flags that
+    name the file's own target, where a flag can name it: a preset, or the ``config.json``
+    the file records), else ``""``: the user may have meant the file's deployment and left
+    the GPU or model to a default (the default scenario's H100-80GB and Llama-3.1-8B)."""
+    block = payload.get("fitted_on") or {}
+    model_block = block.get("model") if isinstance(block, dict) else None
+    config_path = model_block.get("config_path") if isinstance(model_block, dict) else None
+    model = fitted.model.name if is_preset(fitted.model.name) else config_path
+    if fitted.gpu.name not in GPUS or not isinstance(model, str):
+        return ""
+    flags = [f"--gpu {fitted.gpu.name}", f"--model {model}"]
+    if fitted.tensor_parallel_size > 1:
+        flags.append(f"--tensor-parallel-size {fitted.tensor_parallel_size}")
+    if fitted.expert_parallel_size > 1:
+        flags.append("--enable-expert-parallel")
+    if fitted.kv_cache_dtype != "auto":
+        flags.append(f"--kv-cache-dtype {fitted.kv_cache_dtype}")
+    return (f"to use it as it was fitted, simulate its own deployment: {' '.join(flags)} "
+            f"(plan: --gpus {fitted.gpu.name}); ")
+
+
 def load_checked_cost_model(path: Path, target: FitTarget, *,
                             transfer: bool = False) -> CheckedCostModel:
     """Load ``path`` for use on ``target``: as it is when it was fitted on ``target``; a
@@ -195,9 +217,10 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
         return CheckedCostModel(loaded, overhead)
     if not transfer:
         raise ValueError(f"{path}: fitted on {fitted.label(not same_kv)}, not "
-                         f"{target.label(not same_kv)}; --cost-model-transfer (or --set "
-                         "cost_model_transfer=true; a scenario's cost_model_transfer = true) "
-                         "carries over only the parameters that transfer")
+                         f"{target.label(not same_kv)}; {_own_flags(fitted, payload)}"
+                         "--cost-model-transfer (or --set cost_model_transfer=true; a "
+                         "scenario's cost_model_transfer = true) carries over only the "
+                         "parameters that transfer")
     names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}

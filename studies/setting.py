@@ -25,6 +25,15 @@ if TYPE_CHECKING:
 __all__ = ["errors_line", "study_repr", "study_setting"]
 
 
+SAME_REQUESTS = (
+    "replications: each runs the trace's same requests (its seed draws none of them), so they "
+    "differ only where a run draws (speculative decoding's accepted tokens, clients' retries, "
+    "--interval's step model): without those they agree exactly, and an interval over them is "
+    "0 wide, no margin for other traffic (--sample-fraction or --tier-shares draw anew in each)")
+"""Said by a study of a trace whose load drew nothing: its replications' intervals (plan's
+and tune's "95 % t interval", compare -r's) would read as a margin they are not."""
+
+
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
     """``model M on G; workload W: N requests over SPAN (RATE req/s)`` (an open loop's
     arrivals, as ``simulate``'s line says them; ``at rate scale 1`` where the study scales
@@ -60,6 +69,7 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             *cost_model_said(scn.cost_model_path(), transfer=spec.cost_model_transfer,
                              frontend=spec.frontend),
+            *([SAME_REQUESTS] if workload.meta.get("drawn") is False else []),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))

@@ -323,11 +323,13 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     lines = stdout.replace("\n  ", " ").splitlines()
     assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB), engine vllm")
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
-    assert lines[1].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
-    assert lines[2].startswith("assumed: the file names no tier: every request is 'interactive'")
-    assert lines[3].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
+    assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
+                               "scenario's")  # neither flag given, nor a scenario file
+    assert lines[2].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
+    assert lines[3].startswith("assumed: the file names no tier: every request is 'interactive'")
+    assert lines[4].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
                                "(or the true output where longer)")
-    assert lines[4].startswith("policy ")
+    assert lines[5].startswith("policy ")
     code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--max-output", "factor:2",
                           "--default-tier", "batch")
     workload = json.loads(stdout)["workload"]
@@ -418,7 +420,8 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
                      + "\n".join(rows) + "\n")
     code, stdout, stderr = run("compare", "--trace", str(trace), "--policies",
-                               "unlimited,conservative")
+                               "unlimited,conservative", "--gpu", "H100-80GB", "--model",
+                               "Llama-3.1-8B")  # a trace names neither: given, not assumed
     assert code == 0, stderr
     said = [ln for ln in stdout.replace("\n  ", " ").splitlines()
             if ln.startswith(("simulated:", "assumed:", "warning:"))]

@@ -125,6 +125,12 @@ class Streams:
         return self._generators[index]
 
     @property
+    def drew(self) -> bool:
+        """Whether the load drew anything (its generators exist only once one is used): a
+        load that did not is the same whatever its seed."""
+        return self._generators is not None
+
+    @property
     def arrival(self) -> np.random.Generator:
         return self._generator(0)
 
@@ -777,7 +783,8 @@ def _loaded(rows: _Rows, raw: RawTrace, options: TraceOptions, streams: Streams,
         prefix_block_tokens=_block_tokens(raw, options),
         name=raw.path.stem,
         meta={"source": str(raw.path), "format": raw.format, "timed": timed,
-              "warnings": tuple(raw.warnings), "assumed": tuple(raw.assumed)},
+              "warnings": tuple(raw.warnings), "assumed": tuple(raw.assumed),
+              "drawn": streams.drew},
         timeout_s=(None if rows.timeout is None or bool(np.isnan(rows.timeout).all())
                    else np.ascontiguousarray(rows.timeout, dtype=np.float64)),
     )

@@ -38,7 +38,9 @@ def _loader(fmt: str) -> Loader:
 
 RECORDING_HINT = ("a load tool's result (vllm bench serve, GuideLLM, AIPerf, inference-perf, "
                   "llm-load-test) is a recording, not a trace: kvbudget validate --records "
-                  "FILE simulates its requests and compares")
+                  "FILE simulates its requests and compares; kvbudget trace convert FILE --out "
+                  "T.csv writes them as a trace T.csv for a what-if (--trace T.csv "
+                  "--rate-scale 2: twice its rate)")
 """Said where a file fits no trace format: the load tools' results are read as recordings."""
 
 

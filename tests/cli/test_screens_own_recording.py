@@ -1,0 +1,248 @@
+"""A newcomer's path with their own load tool's file: recording -> calibrated cost file -> what
+the admission policy does at twice the load (docs/recordings.md, "Ask the what-if"). The files
+are the fixtures the real tools wrote here (scripts/make_recording_fixtures.sh).
+
+Before: ``simulate --trace bench.json`` refused a load tool's result ("is a recording, not a
+trace: kvbudget validate --records FILE simulates its requests and compares"), which compares
+at the recorded load and no other, and nothing read such a file as a workload: the what-if the
+docs promise "on the recorded workload" had no path from it. A trace with no ``--gpu`` or
+``--model`` was simulated on the default scenario's H100-80GB and Llama-3.1-8B, which the
+``simulated:`` line named like the user's own; a cost file fitted on the user's GPU then told
+only of ``--cost-model-transfer`` (which resets every parameter on another GPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.perf.fitted_on import FitTarget
+from kvbudget.perf.hardware import get_gpu
+from kvbudget.perf.models import get_model
+from kvbudget.results.recordings import read_recording
+from tests.unit.perf.test_fitted_on import fitted_file
+
+RECORDINGS = Path(__file__).parents[1] / "fixtures" / "recordings"
+RATE8 = RECORDINGS / "vllm-bench-0.32.0" / "rate8.json"
+SWEEP = RECORDINGS / "guidellm-0.8.1" / "sweep.json"
+TURNS = RECORDINGS / "aiperf-0.13.0" / "multiturn3_delay300_rate4c2.jsonl"
+
+
+def run(*args: object) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_simulate_trace_of_a_load_tools_result_names_the_conversion(tmp_path: Path) -> None:
+    code, _, stderr = run("simulate", "--trace", RATE8)
+    assert code == 2
+    assert "kvbudget trace convert FILE --out T.csv" in flat(stderr), stderr
+    assert "--rate-scale 2" in stderr, stderr
+
+
+def test_a_load_tools_result_converts_to_the_trace_it_sent(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, stdout, stderr = run("trace", "convert", RATE8, "--out", out)
+    assert code == 0, stderr
+    rec = read_recording(RATE8)
+    trace = pd.read_csv(out)
+    assert len(trace) == len(rec.workload) == 20
+    assert trace["arrival_s"].tolist() == pytest.approx(rec.workload.arrival_s.tolist())
+    assert trace["prompt_tokens"].tolist() == rec.workload.prompt_tokens.tolist()
+    assert trace["output_tokens"].tolist() == rec.workload.output_tokens.tolist()
+    # vllm bench serve keeps no max_tokens: the realised output, said, and the file says so
+    assert trace["max_output_tokens"].tolist() == trace["output_tokens"].tolist()
+    said = flat(stderr)
+    assert "max_tokens: its realised output length" in said, stderr
+    assert f"{out} holds what was assumed above as if its file had said it" in said
+    assert "20 requests" in stdout and "(vllm bench serve)" in stdout
+    # the what-if: twice its rate, on the deployment given
+    code, stdout, stderr = run("simulate", "--trace", out, "--rate-scale", "2", "--gpu",
+                               "H100-80GB", "--model", "Llama-3.1-8B", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["overall"]["offered"] == 20
+    span = float(rec.workload.arrival_s[-1] - rec.workload.arrival_s[0])
+    assert summary["offered_window_s"] == pytest.approx(span / 2)
+
+
+def test_a_max_output_rule_applies_when_converting_a_recording(tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, _, stderr = run("trace", "convert", RATE8, "--out", out, "--max-output", "512")
+    assert code == 0, stderr
+    assert set(pd.read_csv(out)["max_output_tokens"]) == {512}
+
+
+def test_a_trace_option_on_a_recording_is_refused_naming_where_it_applies(
+        tmp_path: Path) -> None:
+    out = tmp_path / "bench.csv"
+    code, _, stderr = run("trace", "convert", RATE8, "--out", out, "--rate-scale", "2")
+    assert code == 2
+    said = flat(stderr)
+    assert said.startswith("error: --rate-scale: ") and "a load tool's recording" in said
+    assert f"kvbudget simulate --trace {out} --rate-scale" in said, stderr
+    assert not out.exists()
+
+
+def test_a_summary_of_aggregates_is_refused_naming_the_file_to_convert(tmp_path: Path) -> None:
+    """AIPerf's summary beside its per-request file: the recordings' reader names the file to
+    pass, where the trace loader could only say it is not JSON lines."""
+    summary = RECORDINGS / "aiperf-0.13.0" / "rate8_aiperf.json"
+    code, _, stderr = run("trace", "convert", summary, "--out", tmp_path / "t.csv")
+    assert code == 2
+    assert stderr.strip() == (f"error: {summary}: is AIPerf's summary (profile_export_aiperf.json): "
+                              "aggregates only; pass the per-request profile_export.jsonl beside it")
+
+
+def test_converting_a_closed_loop_sweep_says_what_the_trace_cannot_hold(tmp_path: Path) -> None:
+    """GuideLLM's sweep: a synchronous stage (1 user), a throughput stage (512 users) and a
+    constant-rate stage capped at 512 in flight, one after another."""
+    out = tmp_path / "sweep.csv"
+    code, _, stderr = run("trace", "convert", SWEEP, "--out", out)
+    assert code == 0, stderr
+    said = flat(stderr)
+    assert "stage 0: synchronous was a closed loop of 1 user" in said, stderr
+    assert "--users 1 simulates 1 user sending its requests in turn" in said
+    assert "--users 512 simulates 512 users" in said
+    assert "at most 512 in flight" in said and "replays open loop without that cap" in said
+    assert f"{out} holds the recording's 3 stages one after another" in said
+    trace = pd.read_csv(out)
+    first, last = trace["arrival_s"].iloc[0], trace["arrival_s"].iloc[-1]
+    assert f"keeps one (0: synchronous {first:.3f} .. " in said, stderr
+    assert f"x512 63.372 .. {last:.3f} s)" in said
+
+
+def test_converting_conversations_says_their_turn_order_is_not_kept(tmp_path: Path) -> None:
+    out = tmp_path / "turns.csv"
+    code, _, stderr = run("trace", "convert", TURNS, "--out", out)
+    assert code == 0, stderr
+    assert f"{out} holds no conversation" in flat(stderr), stderr
+
+
+def test_a_trace_on_the_default_gpu_and_model_says_so(tmp_path: Path) -> None:
+    """Under the simulated: line it qualifies (stderr beside --json)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, stdout, stderr = run("simulate", "--trace", trace)
+    assert code == 0, stderr
+    lines = stdout.replace("\n  ", " ").splitlines()
+    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB)")
+    assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
+                               "scenario's: no --gpu or --model given"), stdout
+    code, stdout, stderr = run("simulate", "--trace", trace, "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["overall"]["offered"] == 2
+    assert "the default scenario's: no --gpu or --model given" in flat(stderr), stderr
+    code, stdout, stderr = run("compare", "--trace", trace, "--gpu", "A100-80GB",
+                               "--policies", "unlimited")
+    assert code == 0, stderr
+    assert stdout.replace("\n  ", " ").splitlines()[1].startswith(
+        "assumed: model Llama-3.1-8B, the default scenario's: no --model given"), stdout
+    assert "GPU H100-80GB" not in stdout
+    code, stdout, stderr = run("simulate", "--trace", trace, "--gpu", "A100-80GB", "--set",
+                               "model=Qwen2.5-7B")
+    assert code == 0, stderr
+    assert "the default scenario's" not in stdout + stderr
+
+
+def test_a_scenario_file_without_gpu_says_whose_it_took(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(f'model = "Qwen2.5-7B"\n[workload]\nkind = "trace"\npath = "{trace}"\n')
+    code, stdout, stderr = run("simulate", "--scenario", scenario)
+    assert code == 0, stderr
+    assert (f"assumed: GPU H100-80GB, the default scenario's: no --gpu given ({scenario} does "
+            "not name it)") in flat(stdout), stdout
+
+
+def test_plan_says_the_default_model_but_not_the_gpus_it_searches(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, _, stderr = run("plan", "--trace", trace, "--gpus", "A100-80GB", "--replicas", "1",
+                          "-r", "1", "--policies", "unlimited", "--out", tmp_path / "plan")
+    assert code == 0, stderr
+    said = flat(stderr)
+    assert "assumed: model Llama-3.1-8B, the default scenario's" in said, stderr
+    assert "GPU H100-80GB" not in said
+
+
+def test_a_cost_file_fitted_on_another_gpu_names_the_flags_of_its_own(tmp_path: Path) -> None:
+    """A user who calibrated on their A100 and left out --gpu: the refusal names the flags that
+    simulate the file's own deployment, not only the transfer (which on another GPU carries
+    nothing)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    a100 = FitTarget(get_gpu("A100-80GB"), get_model("Qwen2.5-7B"), tensor_parallel_size=2)
+    cost = fitted_file(tmp_path / "cost.json", a100, mem_efficiency=0.6)
+    code, _, stderr = run("simulate", "--trace", trace, "--cost-model", cost)
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert ("to use it as it was fitted, simulate its own deployment: --gpu A100-80GB --model "
+            "Qwen2.5-7B --tensor-parallel-size 2 (plan: --gpus A100-80GB)") in lines[0]
+    code, _, stderr = run("simulate", "--trace", trace, "--cost-model", cost, "--gpu",
+                          "A100-80GB", "--model", "Qwen2.5-7B", "--tensor-parallel-size", "2")
+    assert code == 0, stderr
+
+
+@pytest.mark.parametrize("args", [[RATE8], ["RUN", "--measured", RATE8]])
+def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
+        tmp_path: Path, args: list[object]) -> None:
+    """``kvbudget report bench.json`` said "not a run directory (a file, not a directory)"."""
+    run_dir = tmp_path / "run"
+    code, _, stderr = run("simulate", "--set", "workload.duration_s=5", "--out", run_dir)
+    assert code == 0, stderr
+    args = [run_dir if a == "RUN" else a for a in args]
+    code, _, stderr = run("report", *args, "--out", tmp_path / "report")
+    assert code == 2
+    said = flat(stderr)
+    where = "--measured: " if "--measured" in args else ""
+    assert said.startswith(f"error: {where}{RATE8}: a load tool's recording (vllm-bench), not "
+                           "a run directory"), stderr
+    assert f"kvbudget validate --records {RATE8} --out DIR" in said
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_fleet_of_named_gpus_is_not_said_to_take_the_default_gpu(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")
+    code, stdout, stderr = run("simulate", "--trace", trace, "--model", "Llama-3.1-8B", "--set",
+                               "fleet.num_replicas=2", "--set", 'fleet.gpus=["A100-80GB","L40S"]')
+    assert code == 0, stderr
+    assert "the default scenario's" not in stdout + stderr, stdout
+
+
+def test_a_study_of_a_trace_says_its_replications_run_the_same_requests(tmp_path: Path) -> None:
+    """``plan --trace T -r 3`` answered "1 ± 0", "the bound of the 95% t interval over 3
+    replications", where the replications were three runs of the same requests (a timed
+    trace's seed draws nothing): a 0-wide interval read as a margin. The study says so where
+    the load drew nothing, not where --tier-shares draws anew in each."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{i / 8},{100 + 37 * i},{10 + i}\n" for i in range(20)))
+    out = tmp_path / "cmp"
+    code, _, stderr = run("compare", "--trace", trace, "-r", "2", "--policies",
+                          "unlimited,conservative", "--model", "Llama-3.1-8B", "--gpu",
+                          "H100-80GB", "--out", out, "-j", "1")
+    assert code == 0, stderr
+    assert "replications: each runs the trace's same requests (its seed draws none of them)" \
+        in flat(stderr), stderr
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert runs["seed"].nunique() == 2
+    for _, group in runs.groupby("policy"):  # what the line says: they agree exactly
+        assert group["interactive_ttft_p99_s"].nunique() == 1
+        assert group["overall_completed"].nunique() == 1
+    code, _, stderr = run("compare", "--trace", trace, "-r", "2", "--policies",
+                          "unlimited,conservative", "--model", "Llama-3.1-8B", "--gpu",
+                          "H100-80GB", "--tier-shares", "interactive=0.5,batch=0.5", "-j", "1")
+    assert code == 0, stderr
+    assert "same requests" not in stderr, stderr
