@@ -52,7 +52,7 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
-from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said
+from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said, users_in_order
 from kvbudget.live.run_dir import (
     TOKEN_GAPS_KEY,
     RunDir,
@@ -133,7 +133,8 @@ class ReplayConfig:
     (a tier not named has ``no-retry``; none at all replays as before client models).
     ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
-    capped or time-limited loop is refused (simulated, not replayed); a loop of conversations
+    capped loop (``not_before_arrival``) sends a request no sooner than its own time either;
+    a loop paced by ticks or time-limited is refused (simulated, not replayed); a loop of conversations
     (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
     (:mod:`kvbudget.live.replay_turns`), and is not resumed.
     """
@@ -169,12 +170,12 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.closed_loop is not None and self.closed_loop.not_before_arrival:
-            # its users send as soon as their last request ended, whatever the arrival times:
-            # a capped loop would be replayed as a closed one
-            raise ValueError("closed_loop: the live replay runs a closed loop only (users "
-                             "sending when their last request ended); a capped open loop "
-                             "(not_before_arrival, tick_rate_per_s) is simulated, not replayed")
+        if self.closed_loop is not None and self.closed_loop.tick_rate_per_s is not None:
+            # its users would send at once where AIPerf waits for its rate's next tick
+            raise ValueError("closed_loop: the live replay sends a capped loop's requests at "
+                             "their arrival times once a slot is free, not at a rate's ticks: "
+                             "a loop paced by ticks (tick_rate_per_s, AIPerf's --request-rate "
+                             "with --concurrency) is simulated, not replayed")
         if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
@@ -417,35 +418,26 @@ class _Replay:
 
     async def _closed_loop(self, loop: ClosedLoop) -> None:
         """``num_users`` users, each sending the next request of the trace a think time after
-        its last one ended (its record written)."""
+        its last one ended (its record written); a capped loop's (``not_before_arrival``)
+        no sooner than the request's own arrival either (:mod:`kvbudget.live.replay_turns`)."""
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, CLOSED_LOOP_TAG]))
-        if loop.conversations is not None:  # TurnOrder says which row a user sends next
-            self.turn_users = TurnUsers(loop, len(self.workload), clock=self.now,
-                                        send=self._arrive, rng=rng)
-            try:
-                await self.turn_users.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug must stop the run loudly, not hang it
-                self._stop(f"internal error in the closed loop: {exc!r}")
-            return
-        rows = iter(self.todo)
-
-        async def user() -> None:
-            for i in rows:  # one shared iterator: each request goes to one user
-                done = self.done_events.setdefault(i, asyncio.Event())
-                self._arrive(i)
-                await done.wait()
-                think = loop.think_s(rng)
-                if think > 0:
-                    await asyncio.sleep(think)
-
+        not_before = self.workload.arrival_s.tolist() if loop.not_before_arrival else None
         try:
-            await asyncio.gather(*(user() for _ in range(min(loop.num_users, len(self.todo)))))
+            if loop.conversations is None:
+                await users_in_order(loop, self.todo, clock=self.now, send=self._arrive,
+                                     ended=self._ended_event, rng=rng, not_before_s=not_before)
+                return
+            # TurnOrder says which row a user sends next
+            self.turn_users = TurnUsers(loop, len(self.workload), clock=self.now,
+                                        send=self._arrive, rng=rng, not_before_s=not_before)
+            await self.turn_users.run()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must stop the run loudly, not hang it
             self._stop(f"internal error in the closed loop: {exc!r}")
+
+    def _ended_event(self, i: int) -> asyncio.Event:
+        return self.done_events.setdefault(i, asyncio.Event())
 
     def _arrive(self, i: int) -> None:
         """Request ``i`` arrives now."""

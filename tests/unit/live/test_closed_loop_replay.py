@@ -9,11 +9,10 @@ import pytest
 
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
-from kvbudget.policies import make_policy
+from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.workloads import from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
-    BATCH,
-    INTERACTIVE,
     Fake,
     _workload,
     fake,
@@ -42,15 +41,41 @@ def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> No
     assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)
 
 
-def test_a_capped_loop_is_refused_by_the_live_replay_not_run_as_a_closed_one() -> None:
-    # the live users send when their last request ended and never read not_before_arrival or
-    # the ticks: a capped loop (AIPerf's or vllm bench's --request-rate R with a cap) was
-    # replayed as a closed loop of C users, silently
-    for loop in (ClosedLoop(num_users=2, not_before_arrival=True),
-                 ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0)):
-        with pytest.raises(ValueError, match=r"a capped open loop .* is simulated, not replayed"):
-            ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
+def test_a_loop_paced_by_ticks_is_refused_by_the_live_replay() -> None:
+    # the live users send as a slot frees: AIPerf's capped rate sends only at its ticks,
+    # skipping a tick that finds every slot busy (ClosedLoop.tick_rate_per_s)
+    loop = ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0)
+    with pytest.raises(ValueError, match=r"a loop paced by ticks .* is simulated, not replayed"):
+        ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
     ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(num_users=2))
+
+
+def test_a_capped_loop_sends_each_request_at_its_time_once_a_slot_is_free(
+        fake: Fake, tmp_path: Path) -> None:  # noqa: F811
+    # vllm bench serve --request-rate R --max-concurrency C: each request waits for its due
+    # time and for one of C slots (ClosedLoop.not_before_arrival, as the simulator's users
+    # send it); the live replay refused it, and replaying it as a closed loop would send the
+    # later requests before their time
+    fake.state.token_s = 0.001
+    # no token until both slots are taken: rows 0-3 are due at once, so the slots bind them
+    fake.state.gate = lambda: fake.state.max_active >= 2 or fake.state.completions >= 2
+    due = [0.0, 0.0, 0.0, 0.0, 0.4, 0.4, 0.8]
+    w = from_columns(due, [20] * len(due), [3] * len(due), tiers=["batch"] * len(due))
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=ClosedLoop(2, not_before_arrival=True))
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.sort_values("request_id")
+    assert (rec["status"] == "completed").all()
+    arrival = rec["arrival_s"].to_numpy()
+    finished = rec["finished_s"].to_numpy()
+    assert fake.state.max_active <= 2
+    assert (arrival >= np.array(due) - 1e-9).all()  # never before its time
+    assert (np.diff(arrival) >= 0).all()  # in their order
+    for k in range(2, len(due)):  # the k-th send waits for k - 1 answers (2 slots)
+        assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 1
 
 
 def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> None:
