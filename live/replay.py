@@ -879,9 +879,12 @@ async def replay_async(
     async with httpx.AsyncClient(timeout=config.target.timeout()) as client:
         info = await discover(client, config.target)
     capacity = gateway_capacity(config, info)
+    loop = config.closed_loop  # read back by validate --records (results/recorded_run_loop.py)
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
                                "kv_capacity_given": config.capacity_tokens is not None,
-                               "server": info.facts()}, resume=resume)
+                               "server": info.facts(),
+                               **({"closed_loop": loop.describe()} if loop else {})},
+                     resume=resume)
     said = conversations_said(workload, config, run_dir) + shared_blocks_said(workload)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)

@@ -372,6 +372,10 @@ def test_a_load_tools_recording_replayed_live_then_validated(vllm_server: VllmSe
     assert report["num_compared"] == len(rows)
     metrics = {m["metric"]: m for m in report["metrics"] if m["stage"] == "all"}
     assert metrics["completed"]["measured"] == metrics["completed"]["simulated"] == len(rows)
+    # simulated in the loop the replay ran (its replay.json), not at its send times
+    loop = "closed" if stage.load == "closed" else "capped"
+    assert any(f"the replay sent its requests by a {loop} loop of {users} users" in n
+               for n in report["notes"]), report["notes"]
 
 
 @pytest.mark.kills_vllm

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +12,11 @@ import pytest
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.recordings import read_recording
+from kvbudget.studies.recorded_replay import stage_plans
 from kvbudget.workloads import from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.errors import TraceError
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
     Fake,
     _workload,
@@ -86,3 +91,53 @@ def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> No
     with pytest.raises(ValueError, match=r"send_until_s must be a finite time >= 0"):
         ClosedLoop(num_users=2, send_until_s=-1.0)
 
+
+
+@pytest.mark.parametrize(("loop", "load"), [(ClosedLoop(3), "closed"),
+                                            (ClosedLoop(3, not_before_arrival=True), "capped"),
+                                            (ClosedLoop(3, think_time_s=0.01), None)])
+def test_a_run_directory_says_the_loop_its_replay_sent_in(fake: Fake, tmp_path: Path,  # noqa: F811
+                                                         loop: ClosedLoop,
+                                                         load: str | None) -> None:
+    # validate --records RUNDIR simulated a closed-loop replay at its recorded send times (the
+    # run directory kept no loop), so the simulated throughput followed the measured one by
+    # construction; the loop is now read back and simulated, or said where it cannot be
+    fake.state.token_s = 0.001
+    w = _workload(6, 20, 3)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = tmp_path / "run"
+    assert replay(w, make_policy("unlimited"), config, out, meta=meta).complete
+    rec = read_recording(out)
+    plans = stage_plans(rec)
+    if load is None:
+        assert rec.stages == () and plans is None  # at the recorded sends, said
+        assert any("a closed loop of 3 users with a think time of 0.01 s" in n and
+                   "simulated at its recorded send times instead" in n for n in rec.notes)
+        return
+    assert [(s.load, s.max_concurrency) for s in rec.stages] == [(load, 3)]
+    assert plans is not None and len(plans) == 1 and plans[0].loop is not None
+    assert plans[0].loop.num_users == 3 and len(plans[0].rows) == 6
+    assert plans[0].loop.not_before_arrival == (load == "capped")
+    assert any(f"the replay sent its requests by a {load} loop of 3 users" in n
+               for n in rec.notes), rec.notes
+
+
+def test_a_malformed_loop_in_replay_json_is_refused_naming_its_field(fake: Fake,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    fake.state.token_s = 0.001
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=ClosedLoop(2))
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = tmp_path / "run"
+    assert replay(_workload(4, 20, 3), make_policy("unlimited"), config, out, meta=meta).complete
+    told = json.loads((out / "replay.json").read_text())
+    for bad, field in (({**told["closed_loop"], "num_users": 0}, "closed_loop.num_users"),
+                       ({**told["closed_loop"], "think_time_s": -1}, "closed_loop.think_time_s"),
+                       ("four users", "closed_loop")):
+        (out / "replay.json").write_text(json.dumps({**told, "closed_loop": bad}))
+        with pytest.raises(TraceError, match=re.escape(field)):
+            read_recording(out)
