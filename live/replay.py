@@ -52,6 +52,7 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
+from kvbudget.live.replay_ticks import TickedUsers
 from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said, users_in_order
 from kvbudget.live.run_dir import (
     TOKEN_GAPS_KEY,
@@ -133,8 +134,10 @@ class ReplayConfig:
     (a tier not named has ``no-retry``; none at all replays as before client models).
     ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
-    capped loop (``not_before_arrival``) sends a request no sooner than its own time either;
-    a loop paced by ticks or time-limited is refused (simulated, not replayed); a loop of conversations
+    capped loop (``not_before_arrival``) sends a request no sooner than its own time either,
+    one paced by ticks (``tick_rate_per_s``) at its ticks (:mod:`kvbudget.live.replay_ticks`);
+    conversations under ticks and a time-limited loop are refused (simulated, not replayed);
+    a loop of conversations
     (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
     (:mod:`kvbudget.live.replay_turns`), and is not resumed.
     """
@@ -170,12 +173,13 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.closed_loop is not None and self.closed_loop.tick_rate_per_s is not None:
-            # its users would send at once where AIPerf waits for its rate's next tick
-            raise ValueError("closed_loop: the live replay sends a capped loop's requests at "
-                             "their arrival times once a slot is free, not at a rate's ticks: "
-                             "a loop paced by ticks (tick_rate_per_s, AIPerf's --request-rate "
-                             "with --concurrency) is simulated, not replayed")
+        if self.closed_loop is not None and self.closed_loop.tick_rate_per_s is not None \
+                and self.closed_loop.conversations is not None:
+            # AIPerf's continuation turns take a tick before a new session: not sent live
+            raise ValueError("closed_loop: the live replay sends a loop paced by ticks "
+                             "(tick_rate_per_s) of no conversations; conversations under a "
+                             "rate's ticks (AIPerf's --request-rate with --concurrency and "
+                             "multi-turn) are simulated, not replayed")
         if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
@@ -319,7 +323,8 @@ class _Replay:
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
-        self.turn_users: TurnUsers | None = None  # a closed loop of conversations
+        # a closed loop of conversations, or one paced by ticks: told when a row ends
+        self.turn_users: TurnUsers | TickedUsers | None = None
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -423,6 +428,12 @@ class _Replay:
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, CLOSED_LOOP_TAG]))
         not_before = self.workload.arrival_s.tolist() if loop.not_before_arrival else None
         try:
+            if loop.tick_rate_per_s is not None:  # AIPerf's capped rate: at its ticks
+                self.turn_users = TickedUsers(loop, self.todo, first_ticks=not_before or [],
+                                              clock=self.now, send=self._arrive,
+                                              seed=self.config.seed)
+                await self.turn_users.run()
+                return
             if loop.conversations is None:
                 await users_in_order(loop, self.todo, clock=self.now, send=self._arrive,
                                      ended=self._ended_event, rng=rng, not_before_s=not_before)

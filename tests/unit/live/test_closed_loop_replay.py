@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
+from kvbudget.live.replay_ticks import TickedUsers
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.studies.recorded_replay import stage_plans
 from kvbudget.workloads import from_columns
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.ticks import Ticks
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
     Fake,
     _workload,
@@ -46,13 +50,59 @@ def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> No
     assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)
 
 
-def test_a_loop_paced_by_ticks_is_refused_by_the_live_replay() -> None:
-    # the live users send as a slot frees: AIPerf's capped rate sends only at its ticks,
-    # skipping a tick that finds every slot busy (ClosedLoop.tick_rate_per_s)
-    loop = ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0)
-    with pytest.raises(ValueError, match=r"a loop paced by ticks .* is simulated, not replayed"):
+def test_conversations_paced_by_ticks_are_refused_by_the_live_replay() -> None:
+    # AIPerf's continuation turns take a tick before a new session: the live ticks go to the
+    # rows in their order only (live/replay_ticks.py)
+    turns = Conversations((-1, 0), (0.0, 0.0), held=True)
+    loop = ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0,
+                      conversations=turns)
+    with pytest.raises(ValueError, match=r"conversations under a rate's ticks .* are "
+                       r"simulated, not replayed"):
         ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
-    ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(num_users=2))
+    ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(
+        num_users=2, not_before_arrival=True, tick_rate_per_s=8.0))
+
+
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
+        fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        pattern: Literal["constant", "poisson"]) -> None:
+    # AIPerf's --request-rate R --concurrency C: a request goes only at a tick, the first
+    # after a slot frees (a tick finding both slots busy is skipped); the live replay refused
+    # it, and sending as a slot frees would send before the tick
+    fake.state.token_s = 0.01
+    seen: dict[int, float] = {}
+    ended = TickedUsers.ended
+
+    def spy(self: TickedUsers, row: int, t: float) -> None:
+        seen[row] = t
+        ended(self, row, t)
+
+    monkeypatch.setattr(TickedUsers, "ended", spy)
+    first = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25]  # AIPerf's recorded issue times: the first ticks
+    w = from_columns(first + [0.25] * 2, [20] * 8, [12] * 8, tiers=["batch"] * 8)
+    loop = ClosedLoop(2, not_before_arrival=True, tick_rate_per_s=20.0, tick_pattern=pattern)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop, seed=3)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=3, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.sort_values("request_id")
+    arrival = rec["arrival_s"].to_numpy()
+    assert fake.state.max_active <= 2 and (np.diff(arrival) >= 0).all()
+    # the ticks each row took, for the ends the replay saw: the first two at once, then each
+    # at the first tick not yet taken at or after a slot's free time (the simulator's Ticks)
+    ticks = Ticks(list(w.arrival_s), loop, seed=3)
+    free = [0.0, 0.0]
+    took = []
+    for row in range(len(w)):
+        took.append(ticks.take(heapq.heappop(free)))
+        heapq.heappush(free, seen[row])
+    assert (arrival >= np.array(took) - 1e-9).all(), (arrival, took)
+    assert len(set(took)) == len(took)  # one request a tick
+    # each 120 ms request holds its slot across ticks 50 ms apart: some ticks were skipped
+    assert any(t not in first for t in took) and sorted(took) == took
 
 
 def test_a_capped_loop_sends_each_request_at_its_time_once_a_slot_is_free(
