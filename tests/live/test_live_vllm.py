@@ -327,24 +327,30 @@ def test_a_recordings_conversations_replayed_live(vllm_server: VllmServer, tmp_p
                in a for a in said), said
 
 
-APPEND = REPO / "tests" / "fixtures" / "recordings" / "vllm-bench-0.32.0" / "append.jsonl"
+RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
 
 
-@pytest.mark.parametrize(("given", "users"), [("1", 4), ("8 req/s, concurrency 2", 2)])
+@pytest.mark.parametrize(("fixture", "given", "users"), [
+    ("vllm-bench-0.32.0/append.jsonl", "1", 4),
+    ("vllm-bench-0.32.0/append.jsonl", "8 req/s, concurrency 2", 2),
+    ("aiperf-0.13.0/capped6c3_constant.jsonl", "0", 3)])
 def test_a_load_tools_recording_replayed_live_then_validated(vllm_server: VllmServer,
                                                             tiny_model: Path, tmp_path: Path,
-                                                            given: str, users: int) -> None:
-    """``vllm bench serve --append-result``'s recording (made here by the real tool against
-    this server: the tiny model served as "tiny", 32-token prompts, 16 tokens out; line 1 at 8
-    req/s under --max-concurrency 2, line 2 a closed loop of 4) replayed stage by stage by
-    ``replay --records --stage`` (an index, a name), then ``validate --records`` on the run
-    directory it wrote. The mechanics only: the stage's requests sent, each once, its users
-    never exceeded, the capped stage's none before its recorded send; never wall time."""
-    rec = read_recording(APPEND)
+                                                            fixture: str, given: str,
+                                                            users: int) -> None:
+    """Load tools' recordings made here by the real tools against this server (the tiny model
+    served as "tiny", 32-token prompts, 16 tokens out): ``vllm bench serve --append-result``'s
+    line 1 at 8 req/s under --max-concurrency 2 and line 2 a closed loop of 4, AIPerf's 6 req/s
+    under --concurrency 3 (sent at its ticks), each replayed by ``replay --records --stage``
+    (an index, a name), then ``validate --records`` on the run directory it wrote. The
+    mechanics only: the stage's requests sent, each once, its users never exceeded, a capped
+    stage's none before its recorded send; never wall time."""
+    path = RECORDINGS / fixture
+    rec = read_recording(path)
     stage = pick_stage(rec, given)
     rows = stage_rows(rec, stage)
     out = tmp_path / "run"
-    res = kvbudget("replay", "--url", vllm_server.url, "--records", str(APPEND), "--stage",
+    res = kvbudget("replay", "--url", vllm_server.url, "--records", str(path), "--stage",
                    given, "--policy", "unlimited", "--out", str(out), "--poll-period", "0.2")
     assert res.returncode == 0, res.stderr
     assert f"stage {stage.label!r} as recorded" in " ".join(res.stderr.split()), res.stderr
