@@ -136,8 +136,7 @@ class ReplayConfig:
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
     capped loop (``not_before_arrival``) sends a request no sooner than its own time either,
     one paced by ticks (``tick_rate_per_s``) at its ticks (:mod:`kvbudget.live.replay_ticks`);
-    conversations under ticks and a time-limited loop are refused (simulated, not replayed);
-    a loop of conversations
+    a time-limited loop is refused (simulated, not replayed); a loop of conversations
     (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
     (:mod:`kvbudget.live.replay_turns`), and is not resumed.
     """
@@ -173,13 +172,6 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.closed_loop is not None and self.closed_loop.tick_rate_per_s is not None \
-                and self.closed_loop.conversations is not None:
-            # AIPerf's continuation turns take a tick before a new session: not sent live
-            raise ValueError("closed_loop: the live replay sends a loop paced by ticks "
-                             "(tick_rate_per_s) of no conversations; conversations under a "
-                             "rate's ticks (AIPerf's --request-rate with --concurrency and "
-                             "multi-turn) are simulated, not replayed")
         if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "

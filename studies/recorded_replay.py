@@ -323,18 +323,9 @@ def live_stage(recording: Recording, label: str | None = None
 
 
 def not_replayed_live(stage: RecordedStage, loop: ClosedLoop | None) -> str:
-    """Why the live replay cannot send ``stage`` as its tool did ("" when it can):
-    conversations under a rate's ticks (AIPerf sends a continuation turn at a tick before a
-    new session; the live replay sends ticks to rows in their order only,
-    ``live/replay_ticks.py``), or a time limit that cut the stage (the tool sent nothing after
-    it and cancelled the requests still running after its grace period; the live replay would
-    send and wait for them all)."""
-    if loop is not None and loop.tick_rate_per_s is not None \
-            and loop.conversations is not None:
-        return (f"AIPerf sent its conversations' turns at the ticks of its {stage.tick_pattern} "
-                f"rate of {stage.request_rate:g} req/s, a continuation turn before a new "
-                "session; the live replay sends a rate's ticks to requests in their order, "
-                "not to turns as they become ready, so it is not replayed live")
+    """Why the live replay cannot send ``stage`` as its tool did ("" when it can): a time
+    limit that cut the stage (the tool sent nothing after it and cancelled the requests still
+    running after its grace period; the live replay would send and wait for them all)."""
     if _is_cut(stage):
         return ("the tool stopped it at its time limit (nothing sent after it, the requests "
                 "still running after its grace period cancelled); the live replay sends every "

@@ -18,7 +18,7 @@ from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.studies.recorded_replay import stage_plans
 from kvbudget.workloads import from_columns
-from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.ticks import Ticks
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
@@ -48,19 +48,6 @@ def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> No
         assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 2
     inflight = [int(((arrival <= a) & (finished > a)).sum()) for a in arrival]
     assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)
-
-
-def test_conversations_paced_by_ticks_are_refused_by_the_live_replay() -> None:
-    # AIPerf's continuation turns take a tick before a new session: the live ticks go to the
-    # rows in their order only (live/replay_ticks.py)
-    turns = Conversations((-1, 0), (0.0, 0.0), held=True)
-    loop = ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0,
-                      conversations=turns)
-    with pytest.raises(ValueError, match=r"conversations under a rate's ticks .* are "
-                       r"simulated, not replayed"):
-        ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
-    ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(
-        num_users=2, not_before_arrival=True, tick_rate_per_s=8.0))
 
 
 @pytest.mark.parametrize("pattern", ["constant", "poisson"])

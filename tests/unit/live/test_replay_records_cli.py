@@ -125,9 +125,6 @@ def test_an_unknown_or_ambiguous_stage_is_refused_listing_the_labels() -> None:
 
 
 @pytest.mark.parametrize(("fixture", "why"), [
-    ("aiperf-0.13.0/multiturn3_delay300_rate4c2.jsonl", "AIPerf sent its conversations' "
-     "turns at the ticks of its constant rate of 4 req/s, a continuation turn before a new "
-     "session"),
     ("guidellm-0.8.1/duration2_concurrent4.json", "the tool stopped it at its time limit"),
     ("aiperf-0.13.0/duration3_rate4_grace0.jsonl", "the tool stopped it at its time limit")])
 def test_a_stage_the_live_replay_cannot_send_as_its_tool_did_is_refused_saying_why(
@@ -141,21 +138,25 @@ def test_a_stage_the_live_replay_cannot_send_as_its_tool_did_is_refused_saying_w
     assert not fake.state.bodies  # nothing sent
 
 
-def test_aiperfs_capped_rate_is_replayed_at_its_ticks(fake: Fake, tmp_path: Path  # noqa: F811
-                                                      ) -> None:
-    # AIPerf 0.13.0 --request-rate 6 --concurrency 3: refused before, now sent at the ticks
-    # (its recorded issue times, then its rate's), at most 3 in flight
+@pytest.mark.parametrize(("fixture", "num", "slots"), [
+    ("capped6c3_constant.jsonl", 20, 3), ("multiturn3_delay300_rate4c2.jsonl", 12, 2)])
+def test_aiperfs_capped_rate_is_replayed_at_its_ticks(fake: Fake, tmp_path: Path,  # noqa: F811
+                                                      fixture: str, num: int,
+                                                      slots: int) -> None:
+    # AIPerf 0.13.0 --request-rate R --concurrency C (and its multi-turn sessions at 4 req/s
+    # under 2 session slots): refused before, now sent at the ticks (its recorded issue
+    # times, then its rate's), at most C requests (sessions) open at once
     fake.state.token_s = 0.001
-    path = RECORDINGS / "aiperf-0.13.0" / "capped6c3_constant.jsonl"
+    path = RECORDINGS / "aiperf-0.13.0" / fixture
     out = tmp_path / "run"
     code, _, stderr = _cli("replay", "--url", fake.url, "--records", str(path), "--out",
                            str(out), "--poll-period", "0.05")
     said = " ".join(stderr.split())
     assert code == 0, said
-    assert "replaying 20 requests of" in said and "at most 3 in flight, each sent at a tick of " \
-        "its constant schedule" in said, said
+    assert f"replaying {num} requests of" in said and f"at most {slots} in flight, each sent " \
+        "at a tick of its constant schedule" in said, said
     rec = read_recording(path)
     issued = np.sort(rec.workload.arrival_s - rec.workload.arrival_s.min())
     sent = np.sort(read_run(out).records["arrival_s"].to_numpy())
-    assert len(sent) == 20 and fake.state.max_active <= 3
+    assert len(sent) == num and fake.state.max_active <= slots
     assert (sent >= issued - 1e-9).all()  # none before its tick
