@@ -43,7 +43,7 @@ from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_result import run_files
 from kvbudget.results.said import fill, setting_lines
 from kvbudget.simulator.scenario import load_scenario
-from kvbudget.studies.recorded_replay import live_stage
+from kvbudget.studies.recorded_replay import live_stage, pick_stage
 from kvbudget.studies.validate import compare_live_validation
 from kvbudget.workloads.closed_loop import ClosedLoop
 from kvbudget.workloads.counted import counted
@@ -418,8 +418,10 @@ ReplayRecordsOpt = Annotated[Path | None, typer.Option(
     "of validate reads): its requests as its tool sent them, at their recorded sends or in the "
     "stage's closed loop, conversations' later turns after the turn before.")]
 StageOpt = Annotated[str | None, typer.Option(
-    "--stage", help="With --records: the stage to replay, by its label (a recording of several "
-    "stages needs one).")]
+    "--stage", help="With --records: the stage to replay, by its label, its index (0 first) or "
+    "its name (the label's part after the colon, its first word, or GuideLLM's "
+    "constant@RATE / concurrent@N) where it names one stage; a recording of several stages "
+    "needs one.")]
 
 
 @with_trace_options
@@ -507,9 +509,11 @@ def _recorded_stage(records: Path, records_format: str | None, stage: str | None
     """The requests of a recording's stage and the loop to send them in, said on stderr
     (:func:`~kvbudget.studies.recorded_replay.live_stage`)."""
     recording = read_recording(records, format=records_format, default_tier=tier)
-    workload, stage_loop, mode = live_stage(recording, stage)
+    label = None if stage is None else pick_stage(recording, stage).label
+    workload, stage_loop, mode = live_stage(recording, label)
     typer.echo(fill(f"replaying {counted(len(workload), 'request')} of {records}"
-                    + (f", stage {stage}" if stage else "") + f" as recorded: {mode}"), err=True)
+                    + (f", stage {label!r}" if label else "") + f" as recorded: {mode}"),
+               err=True)
     return workload, stage_loop
 
 

@@ -52,7 +52,8 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
-from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said
+from kvbudget.live.replay_ticks import TickedUsers
+from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said, users_in_order
 from kvbudget.live.run_dir import (
     TOKEN_GAPS_KEY,
     RunDir,
@@ -133,7 +134,9 @@ class ReplayConfig:
     (a tier not named has ``no-retry``; none at all replays as before client models).
     ``closed_loop``: send as :class:`kvbudget.workloads.closed_loop.ClosedLoop` users do
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
-    capped or time-limited loop is refused (simulated, not replayed); a loop of conversations
+    capped loop (``not_before_arrival``) sends a request no sooner than its own time either,
+    one paced by ticks (``tick_rate_per_s``) at its ticks (:mod:`kvbudget.live.replay_ticks`);
+    a time-limited loop is refused (simulated, not replayed); a loop of conversations
     (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
     (:mod:`kvbudget.live.replay_turns`), and is not resumed.
     """
@@ -169,12 +172,6 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.closed_loop is not None and self.closed_loop.not_before_arrival:
-            # its users send as soon as their last request ended, whatever the arrival times:
-            # a capped loop would be replayed as a closed one
-            raise ValueError("closed_loop: the live replay runs a closed loop only (users "
-                             "sending when their last request ended); a capped open loop "
-                             "(not_before_arrival, tick_rate_per_s) is simulated, not replayed")
         if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
             # its users would go on sending past the limit: a time-limited run replayed whole
             raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
@@ -318,7 +315,8 @@ class _Replay:
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
-        self.turn_users: TurnUsers | None = None  # a closed loop of conversations
+        # a closed loop of conversations, or one paced by ticks: told when a row ends
+        self.turn_users: TurnUsers | TickedUsers | None = None
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -417,35 +415,32 @@ class _Replay:
 
     async def _closed_loop(self, loop: ClosedLoop) -> None:
         """``num_users`` users, each sending the next request of the trace a think time after
-        its last one ended (its record written)."""
+        its last one ended (its record written); a capped loop's (``not_before_arrival``)
+        no sooner than the request's own arrival either (:mod:`kvbudget.live.replay_turns`)."""
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, CLOSED_LOOP_TAG]))
-        if loop.conversations is not None:  # TurnOrder says which row a user sends next
-            self.turn_users = TurnUsers(loop, len(self.workload), clock=self.now,
-                                        send=self._arrive, rng=rng)
-            try:
-                await self.turn_users.run()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug must stop the run loudly, not hang it
-                self._stop(f"internal error in the closed loop: {exc!r}")
-            return
-        rows = iter(self.todo)
-
-        async def user() -> None:
-            for i in rows:  # one shared iterator: each request goes to one user
-                done = self.done_events.setdefault(i, asyncio.Event())
-                self._arrive(i)
-                await done.wait()
-                think = loop.think_s(rng)
-                if think > 0:
-                    await asyncio.sleep(think)
-
+        not_before = self.workload.arrival_s.tolist() if loop.not_before_arrival else None
         try:
-            await asyncio.gather(*(user() for _ in range(min(loop.num_users, len(self.todo)))))
+            if loop.tick_rate_per_s is not None:  # AIPerf's capped rate: at its ticks
+                self.turn_users = TickedUsers(loop, self.todo, first_ticks=not_before or [],
+                                              clock=self.now, send=self._arrive,
+                                              seed=self.config.seed)
+                await self.turn_users.run()
+                return
+            if loop.conversations is None:
+                await users_in_order(loop, self.todo, clock=self.now, send=self._arrive,
+                                     ended=self._ended_event, rng=rng, not_before_s=not_before)
+                return
+            # TurnOrder says which row a user sends next
+            self.turn_users = TurnUsers(loop, len(self.workload), clock=self.now,
+                                        send=self._arrive, rng=rng, not_before_s=not_before)
+            await self.turn_users.run()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must stop the run loudly, not hang it
             self._stop(f"internal error in the closed loop: {exc!r}")
+
+    def _ended_event(self, i: int) -> asyncio.Event:
+        return self.done_events.setdefault(i, asyncio.Event())
 
     def _arrive(self, i: int) -> None:
         """Request ``i`` arrives now."""
@@ -887,9 +882,12 @@ async def replay_async(
     async with httpx.AsyncClient(timeout=config.target.timeout()) as client:
         info = await discover(client, config.target)
     capacity = gateway_capacity(config, info)
+    loop = config.closed_loop  # read back by validate --records (results/recorded_run_loop.py)
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
                                "kv_capacity_given": config.capacity_tokens is not None,
-                               "server": info.facts()}, resume=resume)
+                               "server": info.facts(),
+                               **({"closed_loop": loop.describe()} if loop else {})},
+                     resume=resume)
     said = conversations_said(workload, config, run_dir) + shared_blocks_said(workload)
     wall = time.perf_counter()
     rep = _Replay(workload, policy, config, run_dir, on_record)

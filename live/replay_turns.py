@@ -1,5 +1,6 @@
-"""The users of a live closed loop whose requests are turns of conversations
-(:class:`kvbudget.workloads.closed_loop.Conversations`), on the wall clock.
+"""The users of a live closed loop, on the wall clock: those of a loop whose requests are
+turns of conversations (:class:`kvbudget.workloads.closed_loop.Conversations`), and
+:func:`users_in_order` for the others.
 
 Which request a free user sends next is :class:`kvbudget.workloads.turn_order.TurnOrder`'s to
 say, the object the simulator's users (``simulator/users.py``) ask: a later turn goes only
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -67,19 +68,56 @@ def turns_said(num_later: int, num_history: int) -> str:
             "where the real run's server could: their TTFT is too high by that prefill")
 
 
+async def users_in_order(loop: ClosedLoop, rows: Sequence[int], *, clock: Callable[[], float],
+                         send: Callable[[int], None],
+                         ended: Callable[[int], asyncio.Event], rng: np.random.Generator,
+                         not_before_s: Sequence[float] | None = None) -> None:
+    """``loop.num_users`` users sending ``rows`` in their order (a loop of no conversation),
+    each its next row a think time after its last one ended (``ended(row)``: set when it
+    ended; taken before the send). ``not_before_s``: each row's own earliest send (a capped
+    loop's arrivals): a user that took a row waits for its time, and for the row taken
+    before it to go, so the rows go in their order, each at the later of its time and the
+    first user free, as the simulator's users (``simulator/users.py``) send them."""
+    todo = iter(rows)  # one shared iterator: each row goes to one user
+    sent_before = asyncio.Event()  # the row taken before the one a user takes went
+    sent_before.set()
+
+    async def user() -> None:
+        nonlocal sent_before
+        for i in todo:
+            done = ended(i)
+            before, sent_before = sent_before, asyncio.Event()
+            mine = sent_before
+            wait = 0.0 if not_before_s is None else float(not_before_s[i]) - clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await before.wait()
+            send(i)
+            mine.set()
+            await done.wait()
+            think = loop.think_s(rng)
+            if think > 0:
+                await asyncio.sleep(think)
+
+    await asyncio.gather(*(user() for _ in range(min(loop.num_users, len(rows)))))
+
+
 class TurnUsers:
     """``loop.num_users`` users sending ``num_rows`` rows (the workload's, all of them) as
     :class:`TurnOrder` says. ``clock()``: the run's time; ``send(row)``: send it now;
-    ``rng``: the think times' generator (the run's seed)."""
+    ``rng``: the think times' generator (the run's seed); ``not_before_s``: each row's own
+    earliest send, on the run's clock (a capped loop's arrivals, an open stage's recorded
+    sends; None: none)."""
 
     def __init__(self, loop: ClosedLoop, num_rows: int, *, clock: Callable[[], float],
-                 send: Callable[[int], None], rng: np.random.Generator) -> None:
+                 send: Callable[[int], None], rng: np.random.Generator,
+                 not_before_s: list[float] | None = None) -> None:
         assert loop.conversations is not None
         if len(loop.conversations.previous) != num_rows:
             raise ValueError(f"closed_loop.conversations: {len(loop.conversations.previous)} "
                              f"rows for a workload of {num_rows}")
         self.loop = loop
-        self.turns = TurnOrder(loop.conversations, None)
+        self.turns = TurnOrder(loop.conversations, not_before_s)
         self.num_rows = num_rows
         self.clock = clock
         self.send = send

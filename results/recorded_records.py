@@ -24,6 +24,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
 )
 from kvbudget.results.recorded_refusals import engine_rules_said
+from kvbudget.results.recorded_run_loop import replayed_loop
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
     MEASUREMENT_COLUMNS,
@@ -558,6 +559,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
               for c, s, r in zip(completed, rec["status"].astype(str), rec["reason"].astype(str),
                                  strict=True)]
     config = _run_config(meta, run.summary, meta_path)
+    loop, loop_said = replayed_loop(meta, meta_path)
     counts = {"num_rows_read": n}
     # a replay against an engine that refuses a prompt + max_tokens over the context: those
     # rows are offered again (with their declared maximum), and vLLM's rules would serve them
@@ -569,8 +571,9 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     recording = build_recording(path, "run", workload,
                        ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
-                       stage=[""] * n, itl_mean=_itl_means(path, rec), config=config,
-                       counts=counts,
-                       notes=([rules] if rules else []) + _gateway_times_said(meta, rec),
-                       output_measured=output)
+                       stage=[loop.label if loop else ""] * n, itl_mean=_itl_means(path, rec),
+                       config=config, counts=counts,
+                       notes=([rules] if rules else []) + _gateway_times_said(meta, rec)
+                       + ([loop_said] if loop_said else []),
+                       output_measured=output, stages=(loop,) if loop else ())
     return replace(recording, workload=workload)

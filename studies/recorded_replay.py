@@ -240,36 +240,97 @@ def _stage_workload(workload: Workload, rows: np.ndarray[Any, np.dtype[np.int64]
     return replace(sub, arrival_s=sub.arrival_s - start_s, deadline_s=sub.deadline_s - start_s)
 
 
+def stage_names(stage: RecordedStage, index: int) -> set[str]:
+    """What ``--stage`` may call the recording's ``index``-th stage besides its label: its
+    index, its label's part after the colon (``"0: synchronous"``: ``synchronous``) and that
+    part's first word when it is a word (``constant``), and GuideLLM's own name of its
+    strategy (``constant@12.97``, ``concurrent@4``, ``throughput@512``: GuideLLM
+    ``scheduler/strategies.py`` ``__str__``, vllm-project/guidellm ee7a7745, lines 262-594)."""
+    names = {str(index)}
+    _, colon, name = stage.label.partition(": ")
+    name = " ".join(name.split()) if colon else ""
+    if name:
+        names.add(name)
+        word = name.split()[0]
+        if word.isalpha():
+            names.add(word)
+            rate, conc = stage.request_rate, stage.max_concurrency
+            if word in ("constant", "poisson") and rate is not None and math.isfinite(rate):
+                names.add(f"{word}@{rate:.2f}")
+            elif word in ("concurrent", "throughput") and conc is not None:
+                names.add(f"{word}@{conc}")
+    return names - {""}
+
+
+def pick_stage(recording: Recording, given: str) -> RecordedStage:
+    """The stage ``--stage given`` names: its label, else the one stage whose
+    :func:`stage_names` hold it. ``ValueError`` for none or several, listing the labels."""
+    stages = recording.stages
+    exact = [s for s in stages if s.label == given]
+    if exact:
+        return exact[0]
+    wanted = " ".join(given.split())
+    named = [s for i, s in enumerate(stages) if wanted in stage_names(s, i)]
+    if len(named) == 1:
+        return named[0]
+    listed = "; ".join(f"{i} = {s.label}" for i, s in enumerate(stages)) or "none"
+    which = (f"names {len(named)} stages ({', '.join(s.label for s in named)}): pass one's "
+             "label or index" if named else "names no stage")
+    raise ValueError(f"{recording.path}: --stage {given!r} {which}; the recording's stages "
+                     f"are {listed}")
+
+
 def live_stage(recording: Recording, label: str | None = None
                ) -> tuple[Workload, ClosedLoop | None, str]:
     """The requests of one recorded stage as the live replay sends them (``kvbudget replay
     --records``): its rows from its first send, the loop the stage ran (None: open, at the
     recorded send times) and how it is sent (:func:`replay_mode`'s words). ``label`` picks a
-    stage (:attr:`RecordedStage.label`); a recording of several stages needs one, and
-    ``ValueError`` names them."""
+    stage (:func:`pick_stage`: its label, index or name); a recording of several stages needs
+    one, and ``ValueError`` names them."""
+    stage = None if label is None else pick_stage(recording, label)
     plans = stage_plans(recording)
     if plans is None:  # every stage open: the recorded sends, as one run
-        rows = np.arange(len(recording.workload), dtype=np.int64)
-        if label is not None:
-            stage = next((s for s in recording.stages if s.label == label), None)
-            if stage is None:
-                raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages "
-                                 f"are {', '.join(s.label for s in recording.stages) or 'none'}")
-            rows = stage_rows(recording, stage)
+        rows = (np.arange(len(recording.workload), dtype=np.int64) if stage is None
+                else stage_rows(recording, stage))
+        if len(rows) == 0:
+            raise ValueError(f"{recording.path}: --stage {label!r}: that stage holds no "
+                             "request to replay")
+        for cut in (s for s in recording.stages if stage in (None, s)):
+            why = not_replayed_live(cut, None)
+            if why:
+                raise ValueError(f"{recording.path}: stage {cut.label!r}: {why}; `kvbudget "
+                                 "validate --records` simulates it as the tool ran it")
         start = float(recording.workload.arrival_s[rows].min())
         return (_stage_workload(recording.workload, rows, start), None,
                 "open loop at the recorded sends")
     labels = [p.stage.label for p in plans]
-    if label is None and len(plans) > 1:
+    if stage is None and len(plans) > 1:
         raise ValueError(f"{recording.path}: {len(plans)} stages ({', '.join(labels)}): pass "
-                         "--stage LABEL to replay one (each ran its own load)")
-    chosen = [p for p in plans if label is None or p.stage.label == label]
+                         "--stage LABEL (or its index, or its name) to replay one (each ran "
+                         "its own load)")
+    chosen = [p for p in plans if stage is None or p.stage.label == stage.label]
     if not chosen:
-        raise ValueError(f"{recording.path}: --stage {label!r}: the recording's stages are "
-                         f"{', '.join(labels)}")
+        raise ValueError(f"{recording.path}: --stage {label!r}: that stage holds no request "
+                         f"to replay; the stages with requests are {', '.join(labels)}")
     plan = chosen[0]
+    why = not_replayed_live(plan.stage, plan.loop)
+    if why:
+        raise ValueError(f"{recording.path}: stage {plan.stage.label!r}: {why}; `kvbudget "
+                         "validate --records` simulates it as the tool ran it (or replay "
+                         "another stage)")
     return (_stage_workload(recording.workload, plan.rows, plan.start_s), plan.loop,
             str(plan.describe()["replayed_as"]))
+
+
+def not_replayed_live(stage: RecordedStage, loop: ClosedLoop | None) -> str:
+    """Why the live replay cannot send ``stage`` as its tool did ("" when it can): a time
+    limit that cut the stage (the tool sent nothing after it and cancelled the requests still
+    running after its grace period; the live replay would send and wait for them all)."""
+    if _is_cut(stage):
+        return ("the tool stopped it at its time limit (nothing sent after it, the requests "
+                "still running after its grace period cancelled); the live replay sends every "
+                "recorded request and waits for each, so it is not replayed live")
+    return ""
 
 
 def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[StagePlan], *,

@@ -38,7 +38,7 @@ from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.run_result import read_run
-from kvbudget.studies.recorded_replay import stage_plans
+from kvbudget.studies.recorded_replay import pick_stage, stage_plans, stage_rows
 from tests.unit.live.test_replay_turns import ends_seen, reference_order
 
 pytestmark = pytest.mark.live
@@ -325,6 +325,63 @@ def test_a_recordings_conversations_replayed_live(vllm_server: VllmServer, tmp_p
                "(its recorded length, in token ids) begins with the whole blocks of the prompt of the "
                "turn before"
                in a for a in said), said
+
+
+RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
+
+
+@pytest.mark.parametrize(("fixture", "given", "users"), [
+    ("vllm-bench-0.32.0/append.jsonl", "1", 4),
+    ("vllm-bench-0.32.0/append.jsonl", "8 req/s, concurrency 2", 2),
+    ("aiperf-0.13.0/capped6c3_constant.jsonl", "0", 3)])
+def test_a_load_tools_recording_replayed_live_then_validated(vllm_server: VllmServer,
+                                                            tiny_model: Path, tmp_path: Path,
+                                                            fixture: str, given: str,
+                                                            users: int) -> None:
+    """Load tools' recordings made here by the real tools against this server (the tiny model
+    served as "tiny", 32-token prompts, 16 tokens out): ``vllm bench serve --append-result``'s
+    line 1 at 8 req/s under --max-concurrency 2 and line 2 a closed loop of 4, AIPerf's 6 req/s
+    under --concurrency 3 (sent at its ticks), each replayed by ``replay --records --stage``
+    (an index, a name), then ``validate --records`` on the run directory it wrote. The
+    mechanics only: the stage's requests sent, each once, its users never exceeded, a capped
+    stage's none before its recorded send; never wall time."""
+    path = RECORDINGS / fixture
+    rec = read_recording(path)
+    stage = pick_stage(rec, given)
+    rows = stage_rows(rec, stage)
+    out = tmp_path / "run"
+    res = kvbudget("replay", "--url", vllm_server.url, "--records", str(path), "--stage",
+                   given, "--policy", "unlimited", "--out", str(out), "--poll-period", "0.2")
+    assert res.returncode == 0, res.stderr
+    assert f"stage {stage.label!r} as recorded" in " ".join(res.stderr.split()), res.stderr
+    run = read_run(out).records.sort_values("request_id")
+    assert sorted(run["request_id"]) == sorted(rec.workload.request_id[rows].tolist())
+    assert (run["status"] == "completed").all(), run[["status", "error"]]
+    assert sorted(run["prompt_tokens"]) == sorted(rec.workload.prompt_tokens[rows].tolist())
+    arrival, finished = run["arrival_s"].to_numpy(), run["finished_s"].to_numpy()
+    in_flight = [int(((arrival <= t) & (finished > t)).sum()) for t in arrival]
+    if stage.load == "closed":  # the first `users` sent before any answer, never more after
+        assert max(in_flight) == users
+    else:  # capped: at most `users` in flight, none before its recorded send
+        assert stage.load == "capped" and max(in_flight) <= users
+        recorded = rec.workload.arrival_s[rows]
+        assert (np.sort(arrival) >= np.sort(recorded - recorded.min()) - 1e-9).all()
+    later = np.sort(arrival)[users:]  # each later send is a user's next, after an answer
+    assert (later >= np.sort(finished)[: len(later)] - 1e-9).all()
+    # the run directory is a recording: validated offline against the simulator
+    checked = tmp_path / "validation"
+    res = kvbudget("validate", "--records", str(out), "--model", str(tiny_model),
+                   "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens",
+                   str(MAX_NUM_BATCHED_TOKENS), "--out", str(checked))
+    assert res.returncode == 0, res.stderr
+    report = json.loads((checked / "validation.json").read_text())
+    assert report["num_compared"] == len(rows)
+    metrics = {m["metric"]: m for m in report["metrics"] if m["stage"] == "all"}
+    assert metrics["completed"]["measured"] == metrics["completed"]["simulated"] == len(rows)
+    # simulated in the loop the replay ran (its replay.json), not at its send times
+    loop = "closed" if stage.load == "closed" else "capped"
+    assert any(f"the replay sent its requests by a {loop} loop of {users} users" in n
+               for n in report["notes"]), report["notes"]
 
 
 @pytest.mark.kills_vllm

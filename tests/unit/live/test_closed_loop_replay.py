@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import heapq
+import json
+import re
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
-from kvbudget.policies import make_policy
+from kvbudget.live.replay_ticks import TickedUsers
+from kvbudget.policies import BATCH, INTERACTIVE, make_policy
+from kvbudget.results.recordings import read_recording
+from kvbudget.studies.recorded_replay import stage_plans
+from kvbudget.workloads import from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.ticks import Ticks
 from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixture)
-    BATCH,
-    INTERACTIVE,
     Fake,
     _workload,
     fake,
@@ -42,15 +50,74 @@ def test_closed_loop_keeps_num_users_in_flight(fake: Fake, tmp_path: Path) -> No
     assert max(inflight) <= 3 and np.all(np.diff(np.sort(arrival)) >= 0)
 
 
-def test_a_capped_loop_is_refused_by_the_live_replay_not_run_as_a_closed_one() -> None:
-    # the live users send when their last request ended and never read not_before_arrival or
-    # the ticks: a capped loop (AIPerf's or vllm bench's --request-rate R with a cap) was
-    # replayed as a closed loop of C users, silently
-    for loop in (ClosedLoop(num_users=2, not_before_arrival=True),
-                 ClosedLoop(num_users=2, not_before_arrival=True, tick_rate_per_s=8.0)):
-        with pytest.raises(ValueError, match=r"a capped open loop .* is simulated, not replayed"):
-            ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
-    ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=ClosedLoop(num_users=2))
+@pytest.mark.parametrize("pattern", ["constant", "poisson"])
+def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
+        fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        pattern: Literal["constant", "poisson"]) -> None:
+    # AIPerf's --request-rate R --concurrency C: a request goes only at a tick, the first
+    # after a slot frees (a tick finding both slots busy is skipped); the live replay refused
+    # it, and sending as a slot frees would send before the tick
+    fake.state.token_s = 0.01
+    seen: dict[int, float] = {}
+    ended = TickedUsers.ended
+
+    def spy(self: TickedUsers, row: int, t: float) -> None:
+        seen[row] = t
+        ended(self, row, t)
+
+    monkeypatch.setattr(TickedUsers, "ended", spy)
+    first = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25]  # AIPerf's recorded issue times: the first ticks
+    w = from_columns(first + [0.25] * 2, [20] * 8, [12] * 8, tiers=["batch"] * 8)
+    loop = ClosedLoop(2, not_before_arrival=True, tick_rate_per_s=20.0, tick_pattern=pattern)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop, seed=3)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=3, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.sort_values("request_id")
+    arrival = rec["arrival_s"].to_numpy()
+    assert fake.state.max_active <= 2 and (np.diff(arrival) >= 0).all()
+    # the ticks each row took, for the ends the replay saw: the first two at once, then each
+    # at the first tick not yet taken at or after a slot's free time (the simulator's Ticks)
+    ticks = Ticks(list(w.arrival_s), loop, seed=3)
+    free = [0.0, 0.0]
+    took = []
+    for row in range(len(w)):
+        took.append(ticks.take(heapq.heappop(free)))
+        heapq.heappush(free, seen[row])
+    assert (arrival >= np.array(took) - 1e-9).all(), (arrival, took)
+    assert len(set(took)) == len(took)  # one request a tick
+    # each 120 ms request holds its slot across ticks 50 ms apart: some ticks were skipped
+    assert any(t not in first for t in took) and sorted(took) == took
+
+
+def test_a_capped_loop_sends_each_request_at_its_time_once_a_slot_is_free(
+        fake: Fake, tmp_path: Path) -> None:  # noqa: F811
+    # vllm bench serve --request-rate R --max-concurrency C: each request waits for its due
+    # time and for one of C slots (ClosedLoop.not_before_arrival, as the simulator's users
+    # send it); the live replay refused it, and replaying it as a closed loop would send the
+    # later requests before their time
+    fake.state.token_s = 0.001
+    # no token until both slots are taken: rows 0-3 are due at once, so the slots bind them
+    fake.state.gate = lambda: fake.state.max_active >= 2 or fake.state.completions >= 2
+    due = [0.0, 0.0, 0.0, 0.0, 0.4, 0.4, 0.8]
+    w = from_columns(due, [20] * len(due), [3] * len(due), tiers=["batch"] * len(due))
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=ClosedLoop(2, not_before_arrival=True))
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.sort_values("request_id")
+    assert (rec["status"] == "completed").all()
+    arrival = rec["arrival_s"].to_numpy()
+    finished = rec["finished_s"].to_numpy()
+    assert fake.state.max_active <= 2
+    assert (arrival >= np.array(due) - 1e-9).all()  # never before its time
+    assert (np.diff(arrival) >= 0).all()  # in their order
+    for k in range(2, len(due)):  # the k-th send waits for k - 1 answers (2 slots)
+        assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 1
 
 
 def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> None:
@@ -61,3 +128,53 @@ def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> No
     with pytest.raises(ValueError, match=r"send_until_s must be a finite time >= 0"):
         ClosedLoop(num_users=2, send_until_s=-1.0)
 
+
+
+@pytest.mark.parametrize(("loop", "load"), [(ClosedLoop(3), "closed"),
+                                            (ClosedLoop(3, not_before_arrival=True), "capped"),
+                                            (ClosedLoop(3, think_time_s=0.01), None)])
+def test_a_run_directory_says_the_loop_its_replay_sent_in(fake: Fake, tmp_path: Path,  # noqa: F811
+                                                         loop: ClosedLoop,
+                                                         load: str | None) -> None:
+    # validate --records RUNDIR simulated a closed-loop replay at its recorded send times (the
+    # run directory kept no loop), so the simulated throughput followed the measured one by
+    # construction; the loop is now read back and simulated, or said where it cannot be
+    fake.state.token_s = 0.001
+    w = _workload(6, 20, 3)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = tmp_path / "run"
+    assert replay(w, make_policy("unlimited"), config, out, meta=meta).complete
+    rec = read_recording(out)
+    plans = stage_plans(rec)
+    if load is None:
+        assert rec.stages == () and plans is None  # at the recorded sends, said
+        assert any("a closed loop of 3 users with a think time of 0.01 s" in n and
+                   "simulated at its recorded send times instead" in n for n in rec.notes)
+        return
+    assert [(s.load, s.max_concurrency) for s in rec.stages] == [(load, 3)]
+    assert plans is not None and len(plans) == 1 and plans[0].loop is not None
+    assert plans[0].loop.num_users == 3 and len(plans[0].rows) == 6
+    assert plans[0].loop.not_before_arrival == (load == "capped")
+    assert any(f"the replay sent its requests by a {load} loop of 3 users" in n
+               for n in rec.notes), rec.notes
+
+
+def test_a_malformed_loop_in_replay_json_is_refused_naming_its_field(fake: Fake,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    fake.state.token_s = 0.001
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=ClosedLoop(2))
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = tmp_path / "run"
+    assert replay(_workload(4, 20, 3), make_policy("unlimited"), config, out, meta=meta).complete
+    told = json.loads((out / "replay.json").read_text())
+    for bad, field in (({**told["closed_loop"], "num_users": 0}, "closed_loop.num_users"),
+                       ({**told["closed_loop"], "think_time_s": -1}, "closed_loop.think_time_s"),
+                       ("four users", "closed_loop")):
+        (out / "replay.json").write_text(json.dumps({**told, "closed_loop": bad}))
+        with pytest.raises(TraceError, match=re.escape(field)):
+            read_recording(out)

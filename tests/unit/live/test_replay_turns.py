@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kvbudget.live.openai_client import ServerTarget
@@ -20,11 +21,13 @@ from kvbudget.live.replay import (
     prompt_token_ids,
     replay,
 )
+from kvbudget.live.replay_ticks import TickedUsers
 from kvbudget.live.replay_turns import TurnUsers
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recorded_guidellm_turns import conversation_prefix
 from kvbudget.workloads import Workload, from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+from kvbudget.workloads.ticks import Ticks
 from kvbudget.workloads.turn_order import TurnOrder
 from tests.unit.live.test_backends_live_gateway import Fake, fake  # noqa: F401 (the fixture)
 
@@ -53,11 +56,12 @@ def ends_seen(monkeypatch: pytest.MonkeyPatch) -> dict[int, float]:
 
 
 def reference_order(turns: Conversations, num_users: int, think_s: float,
-                    ended_s: dict[int, float]) -> list[int]:
+                    ended_s: dict[int, float], not_before_s: list[float] | None = None
+                    ) -> list[int]:
     """The rows in the order the loop's users send them as :class:`TurnOrder` says, each row
     ending at ``ended_s[row]`` (as its user saw it), users free at 0 and ``think_s`` after
-    each end their conversation does not hold."""
-    order_of = TurnOrder(turns, None)
+    each end their conversation does not hold; none before its ``not_before_s``."""
+    order_of = TurnOrder(turns, not_before_s)
     free = [0.0] * min(num_users, len(turns.previous))
     ends: list[tuple[float, int]] = []  # rows sent, by when they end
     order: list[int] = []
@@ -119,6 +123,101 @@ def test_later_turns_wait_for_their_turn_before_and_go_in_turn_orders_order(
     assumed = out.summary["assumed"]
     assert any("6 requests are later turns of conversations" in a and "6 of them: each its "
                "recorded length in token ids of its own" in a for a in assumed)
+
+
+def test_an_open_stages_turns_go_at_their_recorded_sends_and_after_the_turn_before(
+        fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # an open stage of conversations (a rate's sends, stage_plans' loop of as many users as
+    # requests, none sending before its recorded send): each request no sooner than its
+    # recorded send, a later turn no sooner than the turn before it returned and its delay
+    # passed; the live replay refused it (a capped loop), and its users would have sent every
+    # first turn at once without the recorded sends
+    fake.state.token_s = 0.002
+    seen = ends_seen(monkeypatch)
+    due = [0.0, 0.0, 0.05, 0.1, 0.1, 0.15, 0.2, 0.2, 0.25, 0.3, 0.35]
+    turns = Conversations(PREVIOUS, DELAY_S)
+    loop = ClosedLoop(len(PREVIOUS), not_before_arrival=True, conversations=turns)
+    w = replace(_workload(), arrival_s=np.array(due))
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.set_index("request_id").sort_index()
+    assert (rec["status"] == "completed").all()
+    arrival = rec["arrival_s"].to_numpy()
+    finished = rec["finished_s"].to_numpy()
+    assert (arrival >= np.array(due) - 1e-9).all()  # never before its recorded send
+    for i, p in enumerate(PREVIOUS):
+        if p >= 0:
+            assert arrival[i] >= max(finished[p], seen[p]) + DELAY_S[i], (i, p)
+    sent = sorted(range(len(PREVIOUS)), key=lambda i: arrival[i])
+    assert sent == reference_order(turns, len(PREVIOUS), 0.0, seen, due)
+
+
+def test_held_conversations_under_ticks_go_at_the_ticks_a_ready_turn_first(
+        fake: Fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # AIPerf's multi-turn sessions at --request-rate R --concurrency C: a session holds its
+    # slot, each turn goes at a tick, a continuation turn ready by a tick before a new session
+    # (RequestRateStrategy.execute_phase's priority 1); the live replay refused it
+    fake.state.token_s = 0.004
+    seen: dict[int, float] = {}
+    ended = TickedUsers.ended
+
+    def spy(self: TickedUsers, row: int, t: float) -> None:
+        seen[row] = t
+        ended(self, row, t)
+
+    monkeypatch.setattr(TickedUsers, "ended", spy)
+    turns = Conversations(PREVIOUS, DELAY_S, held=True)
+    first = [0.04 * i for i in range(len(PREVIOUS))]  # AIPerf's issue times: the first ticks
+    loop = ClosedLoop(2, not_before_arrival=True, tick_rate_per_s=25.0, conversations=turns)
+    config = ReplayConfig(ServerTarget(fake.url), poll_period_s=0.02, tiers=(INTERACTIVE, BATCH),
+                          closed_loop=loop)
+    meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
+                      seed=0, url=fake.url)
+    w = replace(_workload(), arrival_s=np.array(first))
+    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    assert out.complete and not out.error
+    rec = out.records.set_index("request_id").sort_index()
+    assert (rec["status"] == "completed").all()
+    arrival = rec["arrival_s"].to_numpy()
+    for i, p in enumerate(PREVIOUS):
+        if p >= 0:  # after the turn before ended and its delay passed
+            assert arrival[i] >= seen[p] + DELAY_S[i], (i, p)
+    order, took = ticked_reference(turns, 2, Ticks(first, loop, seed=0), seen)
+    assert sorted(range(len(PREVIOUS)), key=lambda i: arrival[i]) == order
+    assert all(arrival[row] >= tick - 1e-9 for row, tick in zip(order, took, strict=True))
+    assert len(set(took)) == len(took)  # one request a tick
+
+
+def ticked_reference(turns: Conversations, num_users: int, ticks: Ticks,
+                     ended_s: dict[int, float]) -> tuple[list[int], list[float]]:
+    """The rows in the order held conversations under ticks send them (TurnOrder's, a tick
+    each: the simulator's users' rule), each row ending at ``ended_s[row]``, and their ticks."""
+    order_of = TurnOrder(turns, None)
+    free = [0.0] * num_users
+    ends: list[tuple[float, int]] = []
+    order: list[int] = []
+    took: list[float] = []
+    while len(order) < len(turns.previous):
+        t, row = order_of.next_send(free[0] if free else math.inf)
+        tick = ticks.first_at_or_after(t)
+        if ends and ends[0][0] <= tick:  # an end before the tick may change it
+            e, done = heapq.heappop(ends)
+            order_of.ended(done, e)
+            if not order_of.holds(done):
+                heapq.heappush(free, e)
+            continue
+        tick = ticks.take(t)
+        row = order_of.at_tick(tick, row)
+        if order_of.sent(row):
+            heapq.heappop(free)
+        order.append(row)
+        took.append(tick)
+        heapq.heappush(ends, (ended_s[row], row))
+    return order, took
 
 
 def _conversations() -> list[int]:

@@ -17,10 +17,10 @@ from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.simulator.users import Ticks
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.ticks import Ticks
 from tests.conftest import make_workload
 
 ENGINE = EngineConfig(num_gpu_blocks=4000, max_num_seqs=64, max_num_batched_tokens=1024)

@@ -31,11 +31,11 @@ from kvbudget.results.recording import RecordedStage, Recording
 from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.simulator.users import Ticks
 from kvbudget.studies.recorded_replay import replay_mode, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+from kvbudget.workloads.ticks import Ticks
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 GUIDELLM = FIXTURES / "guidellm-0.8.1" / "turns3_concurrent2.json"

@@ -1,0 +1,56 @@
+"""The load a ``kvbudget replay`` run directory was sent in, read back from its
+``replay.json`` (``closed_loop``: :meth:`kvbudget.workloads.closed_loop.ClosedLoop.describe`,
+written by the live replay) so that a simulation of the run (``validate --records RUNDIR``)
+sends its requests as the replay did: a closed loop's users, a capped loop's slots. A run
+directory without it (an open replay, a ``simulate --out``, an older replay) is replayed at its
+recorded send times, as before."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from kvbudget.results.recording import RecordedStage
+from kvbudget.workloads.errors import TraceError
+
+
+def replayed_loop(meta: dict[str, Any], meta_path: Path) -> tuple[RecordedStage | None, str]:
+    """The stage a run directory's requests were sent in (None: at their times, or a loop the
+    directory does not hold whole) and a note saying which, from ``replay.json``'s
+    ``closed_loop``. ``TraceError`` names the field of a malformed one."""
+    loop = meta.get("closed_loop")
+    if loop is None:
+        return None, ""
+    if not isinstance(loop, dict):
+        raise TraceError(meta_path, "must be a table of the replay's closed loop",
+                         field="closed_loop")
+    users = loop.get("num_users")
+    if isinstance(users, bool) or not isinstance(users, int) or users < 1:
+        raise TraceError(meta_path, f"must be a whole number >= 1, got {users!r}"[:200],
+                         field="closed_loop.num_users")
+    think = loop.get("think_time_s", 0.0)
+    if isinstance(think, bool) or not isinstance(think, int | float) or not (
+            math.isfinite(think) and think >= 0):
+        raise TraceError(meta_path, f"must be a time >= 0, got {think!r}"[:200],
+                         field="closed_loop.think_time_s")
+    capped = loop.get("not_before_arrival") is True
+    kind = "capped loop" if capped else "closed loop"
+    said = f"{kind} of {users} user{'' if users == 1 else 's'}"
+    left = [what for what, there in (
+        (f"a think time of {think:g} s", think > 0),
+        ("conversations' turns", bool(loop.get("num_later_turns"))),
+        ("a rate's ticks", loop.get("tick_rate_per_s") is not None),
+        ("a time limit", loop.get("send_until_s") is not None)) if there]
+    if left:
+        return None, (f"the replay sent its requests by a {said} with {' and '.join(left)} "
+                      f"({meta_path.name} closed_loop), which the run directory does not hold "
+                      "whole (the think times drawn, the turns' links): simulated at its "
+                      "recorded send times instead, so the simulated throughput follows the "
+                      "measured one by construction")
+    stage = RecordedStage(f"replayed {said}", "capped" if capped else "closed", None, users)
+    how = ("each request at the later of its recorded send and a free slot (the recording "
+           "holds when the replay sent, not when it was due)" if capped else
+           "each user sending its next request when its last one ended")
+    return stage, (f"the replay sent its requests by a {said} ({meta_path.name} closed_loop): "
+                   f"simulated so, {how}")
