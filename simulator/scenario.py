@@ -877,7 +877,8 @@ def _engine_config(spec: EngineSpec) -> EngineConfig:
                             speculative_config=None if sc is None else SpeculativeConfig(**sc))
     except ValueError as exc:  # a knob's check names it as the user writes it: engine.NAME
         text = str(exc)
-        raise ValueError(f"engine.{text}" if text.split(" ")[0] in knobs else text) from None
+        named = text.split(" ")[0].removesuffix(":") in knobs  # "KEY ..." or "KEY: ..."
+        raise ValueError(f"engine.{text}" if named else text) from None
 
 
 def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:

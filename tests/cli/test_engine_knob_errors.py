@@ -119,3 +119,35 @@ def test_the_live_commands_refuse_the_engine_flags_they_do_not_use(tmp_path: Pat
                                        str(tmp_path / "c.json")])
         assert res.exit_code == 2, res.output
         assert res.stderr.strip().splitlines()[-1].startswith(f"error: {said}"), res.stderr
+
+
+ENGINES = "vllm, vllm-swap, tgi, sglang, trtllm"
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("simulate", []), ("compare", []), ("sweep", []), ("plan", []),
+    ("tune", ["--param", "engine.max_num_seqs=64:512:int"]),
+    ("validate", ["--records", str(REC), "--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]),
+    ("calibrate", ["--records", str(REC), "--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]),
+])
+def test_a_set_engine_name_is_named_as_typed(command: str, args: list[str],
+                                             tmp_path: Path) -> None:
+    """``--set engine.name=foo`` said "unknown engine 'foo'" naming no field (``--engine foo``
+    named ``--engine``): each command names the field the --set gave."""
+    out = str(tmp_path / ("o.json" if command == "calibrate" else "o"))
+    res = CliRunner().invoke(app, [command, *args, "--set", "engine.name=foo", "--out", out])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: engine.name: unknown engine 'foo'; known engines: {ENGINES}")
+
+
+def test_a_scenario_files_engine_name_and_a_knob_it_refuses_are_named(tmp_path: Path) -> None:
+    """A scenario file's unknown ``[engine] name`` named the file but no field, and
+    ``async_scheduling`` on TGI (a check whose message leads ``KEY:``) lost its table."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[engine]\nname = "foo"\n')
+    assert _error("--scenario", str(scenario)) == (
+        f"error: {scenario}: engine.name: unknown engine 'foo'; known engines: {ENGINES}")
+    assert _error("--set", "engine.name=tgi", "--set", "engine.async_scheduling=true") == (
+        "error: engine.async_scheduling: TGI's router schedules each step after the last "
+        "one's output (it has no such option)")
