@@ -147,8 +147,14 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
                    int(np.sum(status == "completed")), num_unplaced)
 
 
+CAPACITY_ADVICE = ("how far from its capacity: kvbudget capacity, with the same options and "
+                   "--out DIR, finds the largest rate that meets the SLO")
+"""What ends a ``load:`` line (``compare`` says its own, once, after its lines, one a
+policy)."""
+
+
 def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
-              policy: str | None = None) -> str:
+              policy: str | None = None, *, advice: bool = True) -> str:
     """``load: R req/s offered; ...``: the offered rate (over the arrival window, first to
     last arrival), the backlog at the window's midpoint and at its last arrival, the drain
     after it, the requests shed, and what they say: the GPU kept up, or this load is past what
@@ -156,7 +162,8 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
     for a closed loop (its users wait for their answers: the load follows the engine) or
     without a window. ``policy``: the run's, named at the head (``load under policy P:``),
     where several runs of one workload are said (``compare``: each policy's backlog follows
-    its own refusals)."""
+    its own refusals). ``advice``: end with :data:`CAPACITY_ADVICE` (``compare`` says it once,
+    after its lines)."""
     if summary.get("closed_loop"):
         return ""
     b = backlog(record_columns)
@@ -197,5 +204,4 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
                     "follows its rate even where it keeps up, so this is "
                     + ("not a verdict on the higher rate alone" if moved > 0 else
                        "no verdict on the first half's higher rate"))
-    return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity, with "
-                "the same options and --out DIR, finds the largest rate that meets the SLO)")
+    return fill(f"{head}{shed}: {verdict}" + (f" ({CAPACITY_ADVICE})" if advice else ""))
