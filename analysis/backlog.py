@@ -56,6 +56,11 @@ class Backlog:
     """Requests that waited in the gateway's queue and expired whose leave the records cannot
     place (:func:`_left_s`): counted gone from their arrival, so the backlogs are at least
     what they say, by up to this many."""
+    num_dropped: int = 0
+    """Requests dropped after their lease was taken back (``preempted_dropped``: revoked and
+    requeued, then past their new deadline, or their lease run out), whose leave the records
+    do not keep (the revoke's time is not in them): counted gone at their last admission or
+    first token, so the backlogs are at least what they say, by up to this many."""
 
     @property
     def grew(self) -> bool:
@@ -144,7 +149,8 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     num_first = int(np.sum(arrival < mid))
     return Backlog(in_system(mid), in_system(last), int(np.isin(status, SHED).sum()),
                    len(arrival), (num_first, len(arrival) - num_first),
-                   int(np.sum(status == "completed")), num_unplaced)
+                   int(np.sum(status == "completed")), num_unplaced,
+                   int(np.sum(status == "preempted_dropped")))
 
 
 CAPACITY_ADVICE = ("how far from its capacity: kvbudget capacity, with the same options and "
@@ -183,6 +189,10 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
         shed += (f" ({b.num_unplaced:,} of them waited in the gateway's queue and expired at a "
                  "time the records do not keep: counted gone from their arrival, so the "
                  "backlogs may be that many higher)")
+    if b.num_dropped:
+        shed += (f" ({b.num_dropped:,} of them dropped after their lease was taken back, "
+                 "revoked or run out, at a time the records do not keep: counted gone at their "
+                 "last admission or first token, so the backlogs may be that many higher)")
     if not b.num_completed:
         verdict = ("no request completed (the table's refused and expired columns say why): "
                    "this run says nothing of the load the simulated deployment sustains")
