@@ -879,10 +879,9 @@ def validate_cmd(
             "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit,
             # the server tells its KV blocks; the cost file and --scenario say the rest
             "--gpu": gpu is not None, "--num-gpu-blocks": num_gpu_blocks is not None,
-            "--block-size": block_size is not None,
+            "--block-size": block_size is not None, "--set": bool(overrides),
             "-tp/--tensor-parallel-size": tensor_parallel_size is not None,
             "--kv-cache-dtype": kv_cache_dtype is not None, "--engine": engine is not None,
-            "--set": bool(overrides),
             **_reading_given(records_format, columns, fit_kind, holdout, max_evals, fit_overhead)})
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
