@@ -56,6 +56,11 @@ class Backlog:
     """Requests that waited in the gateway's queue and expired whose leave the records cannot
     place (:func:`_left_s`): counted gone from their arrival, so the backlogs are at least
     what they say, by up to this many."""
+    num_dropped: int = 0
+    """Requests dropped after their lease was taken back (``preempted_dropped``: revoked and
+    requeued, then past their new deadline, or their lease run out), whose leave the records
+    do not keep (the revoke's time is not in them): counted gone at their last admission or
+    first token, so the backlogs are at least what they say, by up to this many."""
 
     @property
     def grew(self) -> bool:
@@ -144,11 +149,18 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
     num_first = int(np.sum(arrival < mid))
     return Backlog(in_system(mid), in_system(last), int(np.isin(status, SHED).sum()),
                    len(arrival), (num_first, len(arrival) - num_first),
-                   int(np.sum(status == "completed")), num_unplaced)
+                   int(np.sum(status == "completed")), num_unplaced,
+                   int(np.sum(status == "preempted_dropped")))
+
+
+CAPACITY_ADVICE = ("how far from its capacity: kvbudget capacity, with the same options and "
+                   "--out DIR, finds the largest rate that meets the SLO")
+"""What ends a ``load:`` line (``compare`` says its own, once, after its lines, one a
+policy)."""
 
 
 def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
-              policy: str | None = None) -> str:
+              policy: str | None = None, *, advice: bool = True) -> str:
     """``load: R req/s offered; ...``: the offered rate (over the arrival window, first to
     last arrival), the backlog at the window's midpoint and at its last arrival, the drain
     after it, the requests shed, and what they say: the GPU kept up, or this load is past what
@@ -156,7 +168,8 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
     for a closed loop (its users wait for their answers: the load follows the engine) or
     without a window. ``policy``: the run's, named at the head (``load under policy P:``),
     where several runs of one workload are said (``compare``: each policy's backlog follows
-    its own refusals)."""
+    its own refusals). ``advice``: end with :data:`CAPACITY_ADVICE` (``compare`` says it once,
+    after its lines)."""
     if summary.get("closed_loop"):
         return ""
     b = backlog(record_columns)
@@ -176,6 +189,10 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
         shed += (f" ({b.num_unplaced:,} of them waited in the gateway's queue and expired at a "
                  "time the records do not keep: counted gone from their arrival, so the "
                  "backlogs may be that many higher)")
+    if b.num_dropped:
+        shed += (f" ({b.num_dropped:,} of them dropped after their lease was taken back, "
+                 "revoked or run out, at a time the records do not keep: counted gone at their "
+                 "last admission or first token, so the backlogs may be that many higher)")
     if not b.num_completed:
         verdict = ("no request completed (the table's refused and expired columns say why): "
                    "this run says nothing of the load the simulated deployment sustains")
@@ -197,5 +214,4 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
                     "follows its rate even where it keeps up, so this is "
                     + ("not a verdict on the higher rate alone" if moved > 0 else
                        "no verdict on the first half's higher rate"))
-    return fill(f"{head}{shed}: {verdict} (how far from its capacity: kvbudget capacity, with "
-                "the same options and --out DIR, finds the largest rate that meets the SLO)")
+    return fill(f"{head}{shed}: {verdict}" + (f" ({CAPACITY_ADVICE})" if advice else ""))

@@ -31,6 +31,7 @@ from kvbudget.cli.simulate import (
     records_for_load,
 )
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
+from kvbudget.results.said import fill
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
 from kvbudget.studies.intervals import check_level, draw_intervals, headline
@@ -88,10 +89,14 @@ def _say_load(scn: "Scenario", names: list[str], result: Comparison) -> None:
     load is the same, but each policy's backlog follows its own refusals and expiries, so
     whether the deployment kept up is said per policy."""
     workload = scn.workload()  # the one every policy ran (its deadlines place the expired)
-    for name, run in zip(names, result.results, strict=True):
-        line = load_said(records_for_load(scn, workload, run), run.summary, policy=name)
-        if line:
-            typer.echo(line)
+    lines = [load_said(records_for_load(scn, workload, run), run.summary, policy=name,
+                       advice=False) for name, run in zip(names, result.results, strict=True)]
+    for line in filter(None, lines):
+        typer.echo(line)
+    if any(lines):  # the advice once, not once a policy
+        typer.echo(fill("(how far each policy is from its capacity: kvbudget capacity, with "
+                        "the same options, --policies among them, and --out DIR, finds the "
+                        "largest rate at which each meets the SLO)"))
 
 
 @with_scenario_options

@@ -177,6 +177,14 @@ TpOpt = Annotated[int | None, typer.Option(
     "the model over.")]
 KvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-cache-dtype", help="With --records: auto, fp8 (= fp8_e4m3) or fp8_e5m2.")]
+CalTpOpt = Annotated[int | None, typer.Option(
+    "--tensor-parallel-size", "-tp", help="GPUs the server sharded the model over: with "
+    "--records, the recorded server's, simulated; with --url, recorded in the cost file with "
+    "--gpu (default 1) so that it is checked where it is used.")]
+CalKvDtypeOpt = Annotated[str | None, typer.Option(
+    "--kv-cache-dtype", help="auto, fp8 (= fp8_e4m3) or fp8_e5m2: with --records, the "
+    "recorded server's, simulated; with --url, the server's, recorded in the cost file with "
+    "--gpu (default auto).")]
 ServedModelOpt = Annotated[str, typer.Option(
     "--model", help="Served model name (default: the server's first model); with "
     "--records, the model preset or config.json of the recorded server.")]
@@ -537,8 +545,8 @@ def calibrate_cmd(
     gpu: CalGpuOpt = None,
     num_gpu_blocks: BlocksOpt = None,
     block_size: BlockSizeOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    kv_cache_dtype: KvDtypeOpt = None,
+    tensor_parallel_size: CalTpOpt = None,
+    kv_cache_dtype: CalKvDtypeOpt = None,
     engine: EngineNameOpt = None,
     overrides: SetOpt = None,
     scenario: CalScenarioOpt = None,
@@ -595,7 +603,8 @@ def calibrate_cmd(
             "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
             "--param": bool(params), "--scenario": scenario is not None,
             "--num-gpu-blocks": num_gpu_blocks is not None, "--block-size": block_size is not None,
-            "--engine": engine is not None, "--set": bool(overrides)})
+            "--engine": engine is not None, "--set": bool(overrides), "--cost-model": bool(cost_model),
+            **_reading_given(records_format, columns, fit_kind, holdout, max_evals, fit_overhead)})
         _check_kv_dtype(kv_cache_dtype)
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
@@ -701,6 +710,16 @@ def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
     flags = [flag for flag, set_ in given.items() if set_]
     if flags:
         raise CliError(f"{flags[0]} applies to --records, not to {run}")
+
+
+def _reading_given(records_format: str | None, columns: list[str] | None, kind: str,
+                   holdout: float | None, max_evals: int, fit_overhead: bool
+                   ) -> dict[str, bool]:
+    """Which of the flags that read and fit a recording (``--records`` only) were given:
+    ``--url`` dropped them without a word."""
+    return {"--records-format": records_format is not None, "--column": bool(columns),
+            "--fit": kind != "default", "--holdout": holdout is not None,
+            "--max-evals": max_evals != 200, "--no-fit-overhead": not fit_overhead}
 
 
 def _check_kv_dtype(kv_cache_dtype: str | None) -> None:
@@ -864,10 +883,10 @@ def validate_cmd(
             "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit,
             # the server tells its KV blocks; the cost file and --scenario say the rest
             "--gpu": gpu is not None, "--num-gpu-blocks": num_gpu_blocks is not None,
-            "--block-size": block_size is not None,
+            "--block-size": block_size is not None, "--set": bool(overrides),
             "-tp/--tensor-parallel-size": tensor_parallel_size is not None,
             "--kv-cache-dtype": kv_cache_dtype is not None, "--engine": engine is not None,
-            "--set": bool(overrides)})
+            **_reading_given(records_format, columns, fit_kind, holdout, max_evals, fit_overhead)})
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -115,7 +115,8 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         "GPU's memory as the --engine-defaults size it).",
         rich_help_panel=_E)], None, "num_gpu_blocks"),
     "block_size": (Annotated[int | None, typer.Option(
-        "--block-size", help="Tokens per KV block (default: the scenario's, else 16, vLLM's).",
+        "--block-size", help="Tokens per KV block (default: the scenario's, else 16, vLLM's); "
+        "for engine vllm a multiple of 16, as its CUDA attention backends take.",
         rich_help_panel=_E)], None,
         "block_size"),
     "max_num_seqs": (Annotated[int | None, typer.Option(

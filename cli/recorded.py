@@ -310,7 +310,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                          gpu=gpu, model=model, cost_model=cost_model,
                          num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                          max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                         typed=typed, say_fitted=False)  # the fit's knobs: said below
+                         typed=typed, say_fitted=False,  # the fit's knobs: said below
+                         block_size_ran=None if given.get("block_size") else cfg.get("block_size"))
     config = scn.sim_config(say_fitted=False)
     server_timed = recording.format == "otel" and config.frontend is None
     if server_timed:  # the spans time the server itself: no API server in front to add

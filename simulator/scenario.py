@@ -93,6 +93,7 @@ from kvbudget.perf.fitted_on import (
 )
 from kvbudget.perf.models import is_preset
 from kvbudget.perf.speculative import SpeculativeConfig
+from kvbudget.perf.vllm_defaults import BLOCK_SIZE_MULTIPLE
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
@@ -822,14 +823,14 @@ _CHOOSE_POLICY = (": make one of them the scenario's policy (--set policy=NAME, 
 
 def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
-    source: str | Path | None = None, say_fitted: bool = True,
+    source: str | Path | None = None, say_fitted: bool = True, block_size_ran: int | None = None,
 ) -> Scenario:
     merged, fitted = with_fitted_knobs(apply_overrides(dict(data), overrides), base_dir,
                                        _ENGINE_DEFAULTS)
     spec = validate_spec(merged)
     scenario = Scenario(spec, base_dir, None if source is None else str(source), fitted)
     try:
-        _check_scenario(scenario, say_fitted)
+        _check_scenario(scenario, say_fitted, block_size_ran)
     except ValueError as exc:  # a knob nobody here set is named as the cost file's fit's
         if fitted is None or fitted.named_in(str(exc)) == str(exc):
             raise
@@ -837,9 +838,11 @@ def scenario_from_dict(
     return scenario
 
 
-def _check_scenario(scenario: Scenario, say_fitted: bool = True) -> None:
+def _check_scenario(scenario: Scenario, say_fitted: bool = True,
+                    block_size_ran: int | None = None) -> None:
     """Fail early on bad names and values that only the library checks (``say_fitted``:
-    :meth:`Scenario.sim_config`'s)."""
+    :meth:`Scenario.sim_config`'s; ``block_size_ran``: a block size a recorded server ran
+    with, SGLang's page of 1, taken as it is where ``--engine vllm`` simulates its pool)."""
     spec = scenario.spec
     try:
         config = scenario.sim_config(say_fitted=say_fitted)
@@ -860,6 +863,12 @@ def _check_scenario(scenario: Scenario, say_fitted: bool = True) -> None:
         raise ValueError(
             f"engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must be greater "
             f"than or equal to engine.max_num_seqs ({eng.max_num_seqs}), as vLLM requires")
+    if eng.name == "vllm" and eng.block_size % BLOCK_SIZE_MULTIPLE and (
+            eng.block_size != block_size_ran):
+        raise ValueError(
+            f"engine.block_size {eng.block_size} is not a multiple of {BLOCK_SIZE_MULTIPLE}: "
+            f"vLLM 0.32.0 has no CUDA attention backend for it and stops at start-up ('No valid "
+            f"attention backend found'; kvbudget.perf.vllm_defaults.BLOCK_SIZE_MULTIPLE)")
 
 
 _ENGINE_DEFAULTS = {f.name: f.default for f in fields(EngineSpec) if f.default is not MISSING}
@@ -877,7 +886,8 @@ def _engine_config(spec: EngineSpec) -> EngineConfig:
                             speculative_config=None if sc is None else SpeculativeConfig(**sc))
     except ValueError as exc:  # a knob's check names it as the user writes it: engine.NAME
         text = str(exc)
-        raise ValueError(f"engine.{text}" if text.split(" ")[0] in knobs else text) from None
+        named = text.split(" ")[0].removesuffix(":") in knobs  # "KEY ..." or "KEY: ..."
+        raise ValueError(f"engine.{text}" if named else text) from None
 
 
 def _check_workload_tiers(workload: Mapping[str, Any], known: set[str]) -> None:
@@ -1007,6 +1017,7 @@ def make_scenario(
     engine_defaults: str | None = None,
     frontend: str | None = None,
     say_fitted: bool = True,
+    block_size_ran: int | None = None,
 ) -> Scenario:
     """A scenario file (or the embedded default) with values applied on top, as the command
     line's flags do: a notebook's way to say ``kvbudget simulate --trace T --gpu G ...``
@@ -1018,7 +1029,8 @@ def make_scenario(
     to the scenario's own trace workload. ``engine`` maps ``[engine]`` keys to values
     (``{"max_num_seqs": 128, "name": "sglang"}``). ``clients`` maps tiers to client presets
     or tables, over the scenario's ``[clients]`` (``{"batch": "batch-pipeline"}``). ``overrides`` are ``--set`` items
-    (``key=value``), applied before the keyword values. Errors name the file and the field."""
+    (``key=value``), applied before the keyword values. Errors name the file and the field.
+    ``block_size_ran``: a recorded server's block size, not refused as one vLLM would not run."""
     if scenario is not None:
         data: dict[str, Any] = _read_toml(Path(scenario))
         base = Path(scenario).resolve().parent
@@ -1041,9 +1053,7 @@ def make_scenario(
                        ("engine_defaults", engine_defaults), ("frontend", frontend)):
         if value is not None:
             flags.append(f"{key}={json.dumps(value)}")
-    for key, value in (engine or {}).items():
-        if value is not None:
-            flags.append(f"engine.{key}={json.dumps(value)}")
+    flags += [f"engine.{k}={json.dumps(v)}" for k, v in (engine or {}).items() if v is not None]
     if cost_model is not None:
         flags.append(f"cost_model={json.dumps(str(Path(cost_model).resolve()))}")
     if cost_model_transfer:
@@ -1064,7 +1074,7 @@ def make_scenario(
         workload["options"] = {**workload.get("options", {}), **trace_options}
     try:
         return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,
-                                  say_fitted=say_fitted)
+                                  say_fitted=say_fitted, block_size_ran=block_size_ran)
     except ValueError as exc:
         where = f"{scenario}: " if scenario is not None else ""
         raise ValueError(f"{where}{exc}") from None

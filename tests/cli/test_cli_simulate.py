@@ -853,4 +853,51 @@ def test_compare_says_the_load_of_each_policys_run(tmp_path: Path) -> None:
     code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
     assert code == 0, stderr
     alone = " ".join(simulated.split())
-    assert alone[alone.index("load: ") + len("load: "):].startswith(conservative.strip())
+    line = conservative.split(" (how far each policy")[0]  # compare's advice said once after
+    assert alone[alone.index("load: ") + len("load: "):].startswith(line.strip())
+
+
+def test_compare_says_the_capacity_advice_once_after_its_load_lines(tmp_path: Path) -> None:
+    """Each of compare's ``load under policy NAME:`` lines ended with simulate's "(how far from
+    its capacity: kvbudget capacity ...)": four times with the default four policies. It is
+    said once, after the lines; each line keeps its policy's facts and verdict."""
+    slow = tmp_path / "slow.csv"
+    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
+        f"{i * 0.5},500,500,500\n" for i in range(121)))
+    code, stdout, stderr = run("compare", "--trace", str(slow), "--num-gpu-blocks", "70")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    load = said[said.index("load under policy unlimited: "):]
+    assert load.count("kvbudget capacity") == 1 and load.count("load under policy ") == 4
+    assert load.endswith("(how far each policy is from its capacity: kvbudget capacity, with the "
+                         "same options, --policies among them, and --out DIR, finds the largest "
+                         "rate at which each meets the SLO)"), load
+    for name in ("unlimited", "conservative", "overcommit", "preemptive"):
+        line = load.split(f"load under policy {name}: ")[1].split("load under policy ")[0]
+        line = line.split(" (how far each policy")[0]  # the last policy's: the advice follows
+        assert line.startswith("2 req/s offered") and "at the last arrival" in line, line
+        assert "under this policy" in line and "from its capacity" not in line, line
+    code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
+    assert code == 0, stderr  # simulate's one line keeps its advice
+    assert "(how far from its capacity: kvbudget capacity" in " ".join(simulated.split())
+
+
+def test_simulate_says_the_requests_dropped_after_a_revoke(tmp_path: Path) -> None:
+    """Under ``preemptive`` an interactive arrival takes a batch request's lease back; the batch
+    request waits again and, past its tier's 5 s, is dropped (``preempted_dropped``): its leave
+    (the revoke plus 5 s) is not in its record, and the load line counted it gone at its first
+    token without a word. It now says so."""
+    mix = tmp_path / "mix.csv"
+    mix.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n" + "".join(
+        f"{i * 0.5},500,500,500,{'interactive' if i % 2 else 'batch'}\n" for i in range(121)))
+    out = tmp_path / "run"
+    code, stdout, stderr = run("simulate", "--trace", str(mix), "--num-gpu-blocks", "140",
+                               "--policy", "preemptive", "--set", "tiers.1.queue_timeout_s=5",
+                               "--out", str(out))
+    assert code == 0, stderr
+    records = pq.read_table(out / "requests.parquet").to_pandas()
+    dropped = records[records["status"] == "preempted_dropped"]
+    assert len(dropped) == 1 and set(dropped["reason"]) == {"preempted"}, dropped
+    said = " ".join(stdout.split())
+    assert ("(1 of them dropped after their lease was taken back, revoked or run out, at a time "
+            "the records do not keep") in said, said

@@ -119,3 +119,72 @@ def test_the_live_commands_refuse_the_engine_flags_they_do_not_use(tmp_path: Pat
                                        str(tmp_path / "c.json")])
         assert res.exit_code == 2, res.output
         assert res.stderr.strip().splitlines()[-1].startswith(f"error: {said}"), res.stderr
+
+
+ENGINES = "vllm, vllm-swap, tgi, sglang, trtllm"
+
+
+@pytest.mark.parametrize(("command", "args"), [
+    ("simulate", []), ("compare", []), ("sweep", []), ("plan", []),
+    ("tune", ["--param", "engine.max_num_seqs=64:512:int"]),
+    ("validate", ["--records", str(REC), "--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]),
+    ("calibrate", ["--records", str(REC), "--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]),
+])
+def test_a_set_engine_name_is_named_as_typed(command: str, args: list[str],
+                                             tmp_path: Path) -> None:
+    """``--set engine.name=foo`` said "unknown engine 'foo'" naming no field (``--engine foo``
+    named ``--engine``): each command names the field the --set gave."""
+    out = str(tmp_path / ("o.json" if command == "calibrate" else "o"))
+    res = CliRunner().invoke(app, [command, *args, "--set", "engine.name=foo", "--out", out])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: engine.name: unknown engine 'foo'; known engines: {ENGINES}")
+
+
+def test_a_scenario_files_engine_name_and_a_knob_it_refuses_are_named(tmp_path: Path) -> None:
+    """A scenario file's unknown ``[engine] name`` named the file but no field, and
+    ``async_scheduling`` on TGI (a check whose message leads ``KEY:``) lost its table."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[engine]\nname = "foo"\n')
+    assert _error("--scenario", str(scenario)) == (
+        f"error: {scenario}: engine.name: unknown engine 'foo'; known engines: {ENGINES}")
+    assert _error("--set", "engine.name=tgi", "--set", "engine.async_scheduling=true") == (
+        "error: engine.async_scheduling: TGI's router schedules each step after the last "
+        "one's output (it has no such option)")
+
+
+BLOCK = ("is not a multiple of 16: vLLM 0.32.0 has no CUDA attention backend for it and stops "
+         "at start-up ('No valid attention backend found'; "
+         "kvbudget.perf.vllm_defaults.BLOCK_SIZE_MULTIPLE)")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--block-size", "7"], f"error: --block-size 7 {BLOCK}"),
+    (["--set", "engine.block_size=8"], f"error: engine.block_size 8 {BLOCK}"),
+    (["--block-size", "24"], f"error: --block-size 24 {BLOCK}"),
+])
+def test_a_block_size_no_cuda_backend_of_vllm_takes_is_refused(args: list[str], said: str
+                                                                 ) -> None:
+    """``simulate --block-size 7`` ran, where vLLM 0.32.0 on a CUDA GPU stops at start-up: every
+    attention backend it picks from takes multiples of 16 only
+    (:data:`kvbudget.perf.vllm_defaults.BLOCK_SIZE_MULTIPLE` cites them)."""
+    assert _error(*args) == said
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_records_commands_block_size_is_refused_naming_the_flag(command: str,
+                                                                  tmp_path: Path) -> None:
+    out = str(tmp_path / ("v" if command == "validate" else "c.json"))
+    assert _records_error(command, "--block-size", "7", out=out) == f"error: --block-size 7 {BLOCK}"
+
+
+def test_the_block_sizes_vllm_takes_and_other_engines_sizes_still_run(tmp_path: Path) -> None:
+    """A multiple of 16 runs as before; the check is vLLM's: SGLang's page size is 1 by
+    default (``tests/unit/results/test_published_sglang_server.py``), and a scenario file's own
+    value is named by the file."""
+    for args in (["--block-size", "32"], ["--engine", "sglang", "--block-size", "7"]):
+        res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=20", *args])
+        assert res.exit_code == 0, res.output
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("[engine]\nblock_size = 8\n")
+    assert _error("--scenario", str(scenario)) == f"error: {scenario}: engine.block_size 8 {BLOCK}"

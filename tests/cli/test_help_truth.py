@@ -171,3 +171,41 @@ def test_validate_url_says_it_does_not_use_the_scenarios_clients(tmp_path: Path)
     said = " ".join(res.stderr.split())
     assert "the scenario's [clients] (batch=batch-pipeline) are not used by validate --url" \
         in said
+
+
+SAMPLE = {"--records-format": "vllm-bench", "--gpu": "L4", "--num-gpu-blocks": "10",
+          "--block-size": "32", "--set": "engine.max_num_seqs=3", "--fit": "linear",
+          "--holdout": "0.5", "--max-evals": "5", "--fit-overhead": None,
+          "--tensor-parallel-size": "2", "--kv-cache-dtype": "fp8", "--cost-model": "c.json",
+          "--engine": "tgi", "--allow-refusals": None, "--allow-small-fit": None,
+          "--policy": "overcommit", "--scenario": "s.toml"}
+"""A value to give each option a help says is for ``--records`` (``None``: a flag)."""
+
+
+@pytest.mark.parametrize(("command", "run_name"), [("calibrate", "a live calibration"),
+                                                   ("validate", "a live validation")])
+def test_an_option_said_to_be_for_records_is_refused_with_url(
+        command: str, run_name: str, tmp_path: Path) -> None:
+    """Each option whose help says "With --records:" (and nothing of --url) is one --url does
+    not use: refused before any server is asked (port 9 has none), never silently dropped.
+    ``calibrate --url`` writes -tp and --kv-cache-dtype into its cost file, so its help says
+    so (it said "With --records" only)."""
+    said = {p.opts[0]: p for p in COMMANDS[command].params
+            if (p.help or "").startswith("With --records") and "--url" not in (p.help or "")}
+    assert said and set(said) <= set(SAMPLE), set(said) - set(SAMPLE)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0.0, "prompt_tokens": 8, "output_tokens": 4}\n')
+    live = (["--trace", str(trace), "--cost-model", str(tmp_path / "none.json")]
+            if command == "validate" else [])
+    for flag, param in said.items():
+        value = SAMPLE[flag]
+        given = ([param.secondary_opts[0] if param.secondary_opts else flag] if value is None
+                 else [flag, str(tmp_path / value) if value.endswith((".json", ".toml"))
+                       else value])
+        code, _, stderr = run(command, "--url", "http://127.0.0.1:9", *live, *given,
+                              "--out", tmp_path / "o.json")
+        assert code == 2, (flag, stderr)
+        assert f"applies to --records, not to {run_name}" in stderr, (flag, stderr)
+    for option in ("-tp", "--kv-cache-dtype"):  # calibrate --url writes them in its file
+        assert "recorded in the cost file with --gpu" in _help("calibrate", option)
+        assert _help("validate", option).startswith("With --records:")  # refused with --url

@@ -158,3 +158,27 @@ def test_a_request_that_waited_and_expired_left_at_its_deadline() -> None:
                                            for k, r in enumerate(placed["reason"])])}
     b = backlog(ended)
     assert b is not None and (b.at_mid, b.at_end) == (8, 8)
+
+
+def test_requests_dropped_after_a_revoke_are_said_where_the_records_cannot_place_them() -> None:
+    """A request revoked, requeued and then past its new deadline (``preempted_dropped``) left
+    at its revoke plus its new wait (``policies/gateway.py`` ``_revoke``), a time its record
+    does not keep: it was counted gone at its last admission or first token without a word.
+    The line says how many such rows there are; a run without any says nothing of them."""
+    nan = float("nan")
+    arrival = [float(k) for k in range(101)]
+    status = ["preempted_dropped" if k % 10 == 3 else "completed" for k in range(101)]
+    finished = [a + 2.5 if s == "completed" else nan for a, s in zip(arrival, status, strict=True)]
+    cols = columns(arrival, finished, status)
+    cols["admitted_s"] = np.array(arrival)
+    cols["first_token_s"] = np.array(arrival) + 0.5
+    cols["reason"] = np.array(["preempted" if s != "completed" else "" for s in status])
+    b = backlog(cols)
+    assert b is not None and (b.num_shed, b.num_dropped, b.num_unplaced) == (10, 10, 0)
+    said = " ".join(load_said(cols, summary(cols, 2.5)).split())
+    assert "10 of 101 (10%) shed (refused as overloaded, expired or dropped) (10 of them dropped " \
+        "after their lease was taken back, revoked or run out, at a time the records do not " \
+        "keep: counted gone at their last admission or first token, so the backlogs may be " \
+        "that many higher)" in said, said
+    kept = columns(arrival, [a + 2.5 for a in arrival])
+    assert "taken back" not in load_said(kept, summary(kept, 2.5))
