@@ -33,7 +33,13 @@ from kvbudget.live.calibrate import CalibrationFailed, CalibrationPlan, calibrat
 from kvbudget.live.openai_client import ServerTarget, redact_url
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
 from kvbudget.live.server import BackendUnavailable
-from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run_live_validation
+from kvbudget.live.validate import (
+    NothingCompleted,
+    discover_kv_server,
+    load_live_cost_model,
+    run_live_validation,
+    simulated_engine_line,
+)
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.perf.models import KV_CACHE_DTYPES
 from kvbudget.policies import DEFAULT_TIERS
@@ -598,7 +604,8 @@ def calibrate_cmd(
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=max_num_batched_tokens)
         target = _target(url, model, api_key, read_timeout)
-        cal = _calibrate_with_bar(target, plan, capacity_tokens)
+        _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
+        cal = _calibrate_with_bar(target, plan, capacity_tokens, out)
         _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
                           kv_cache_dtype=kv_cache_dtype or "auto")
     _print_calibration(cal, target, out)
@@ -707,6 +714,22 @@ def _check_kv_dtype(kv_cache_dtype: str | None) -> None:
                        f"got {kv_cache_dtype!r}")
 
 
+def _say_batch_limits_assumed(plan: CalibrationPlan, max_num_seqs: int | None,
+                              max_num_batched_tokens: int | None, out: Path) -> None:
+    """On stderr, the server's batch limits ``calibrate --url`` takes without being given them
+    (a vLLM server tells neither): the grid keeps to them and ``out`` records them, which
+    ``validate --url`` then simulates."""
+    assumed = [f"{flag} {value:,}" for flag, given, value in (
+        ("--max-num-seqs", max_num_seqs, plan.max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens, plan.max_num_batched_tokens))
+        if given is None]
+    if assumed:
+        typer.echo(fill(f"assumed: the server runs with {' and '.join(assumed)} (kvbudget's "
+                        "defaults; a server does not tell them): the grid keeps to them and "
+                        f"{out} records them, which validate --url simulates; give the "
+                        "server's own"), err=True)
+
+
 def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
                       repeats: int, retries: int, idle_gap: float, max_num_seqs: int | None,
                       max_num_batched_tokens: int | None) -> CalibrationPlan:
@@ -746,21 +769,29 @@ def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
-                        capacity_tokens: int | None) -> "Calibration":
+                        capacity_tokens: int | None, out: Path) -> "Calibration":
     """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
-    exits with code 1."""
+    exits with code 1, Ctrl-C with 130, saying that ``out`` was not written."""
     bar: Any = None
+    progress = [0, 0]  # grid measurements done, of
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
             bar = Bar("calibrate", total, "point", lines_from=1)
         bar.update(1)
+        progress[:] = [done, total]
 
     try:
         return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
     except (BackendUnavailable, CalibrationFailed) as exc:
         raise CliError(str(exc), 1) from None
+    except KeyboardInterrupt:
+        done, total = progress
+        raise CliError(
+            f"interrupted after {done} of {total or 'the'} grid measurements: calibrate fits "
+            f"and writes {out} once the whole grid is measured, so nothing was written (fewer "
+            "--repeats or a smaller grid take less time)", 130) from None
     finally:
         if bar is not None:
             bar.close()
@@ -920,6 +951,10 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
                 hint="; validate needs a complete run: start it again with another --out",
                 front_door=setup.front_door),
             num_seqs=cal.max_num_seqs, speed_check=speed_check)
+    except NothingCompleted as exc:
+        if exc.by_gateway:  # what the trace's load assumed (a max_tokens) may be why
+            say_loaded(workload)
+        raise CliError(str(exc), 1) from None
     except BackendUnavailable as exc:  # the server, or a speed check, failed
         raise CliError(str(exc), 1) from None
     outcome = compare_live_validation(
@@ -929,11 +964,13 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
         tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
         lease_ttl_s=lease_ttl, seed=seed, async_scheduling=async_scheduling,
+        enable_prefix_caching=info.enable_prefix_caching,
         drift_factor=run.drift_factor() if correct_drift else None,
         source={"trace": str(trace), "url": target.base_url},
         speed_check=run.speed_check_meta(),
         title=f"{pol.name} on {trace.name}: simulated vs measured")
     say_loaded(workload)  # what the trace's load warned of or assumed, with the result (replay's)
+    typer.echo(fill(simulated_engine_line(info, cal)))
     for line in setting_lines([run.live.summary]):  # what the server did (said) or the replay
         typer.echo(line)  # assumed, as replay prints them: outputs cut at the context, ...
     return outcome, run.checks, overhead
