@@ -394,12 +394,12 @@ async def profile_async(
                              "explicitly")
         target = _profiling_target(target, info)
         points = plan_points(plan, capacity, info.max_model_len)
-        notes += left_out_points(plan, capacity, info.max_model_len)
+        left_out = left_out_points(plan, capacity, info.max_model_len)
         if not any(p.kind == "prefill" for p in points) or not any(
                 p.kind == "decode" for p in points):
             raise ValueError(
                 f"no prefill or no decode point of the plan fits the server (KV capacity "
-                f"{capacity} tokens, max_model_len {info.max_model_len}): " + "; ".join(notes)
+                f"{capacity} tokens, max_model_len {info.max_model_len}): " + "; ".join(left_out)
             )
         prof = _Profiler(client, target, plan, clock)
         for _ in range(plan.warmup):
@@ -427,6 +427,15 @@ async def profile_async(
                 if on_point is not None:
                     on_point(point, done, total)
     samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+    _check_timed(samples, points, plan, notes)
+    idle_ttft = pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"])
+    return samples, idle_ttft, info, [*left_out, *notes]
+
+
+def _check_timed(samples: pd.DataFrame, points: list[GridPoint], plan: CalibrationPlan,
+                 notes: list[str]) -> None:
+    """:class:`CalibrationFailed` when fewer than two prefill or two decode points (of those
+    planned) were timed, with the first ``notes`` of the misses."""
     for kind in ("prefill", "decode"):
         planned = sum(1 for p in points if p.kind == kind)
         of_kind = samples.loc[samples["kind"] == kind, ["num_seqs", "seq_len"]]
@@ -437,7 +446,6 @@ async def profile_async(
                 f"{1 + plan.retries} times a repeat): the server sent its tokens in bursts "
                 "(its API server fell behind the engine, as on an overloaded machine) or the "
                 "streams did not overlap; notes: " + "; ".join(notes[:6]))
-    return samples, pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"]), info, notes
 
 
 def median_samples(samples: pd.DataFrame) -> pd.DataFrame:

@@ -600,6 +600,13 @@ def test_tokens_in_bursts_fail_the_calibration_clearly() -> None:
     plan = replace(PLAN, prefill_tokens=(64, 256), decode_batches=(1, 2), repeats=1)
     with pytest.raises(CalibrationFailed, match="in bursts"):
         VirtualEngine(burst=True).calibrate(plan)
+    # the notes it quotes are the misses, not the points left out for the server (which came
+    # first and crowded them out: 'notes: decode 16x32: left out, ...; decode 16x256: ...')
+    wider = replace(plan, decode_batches=(1, 2, 16, 32, 64))
+    with pytest.raises(CalibrationFailed) as failed:
+        VirtualEngine(burst=True).calibrate(wider)
+    assert "left out" not in str(failed.value)
+    assert "notes: prefill 64: stall not seen (repeat 0, try 1)" in str(failed.value)
 
 
 def test_a_point_the_streams_could_not_time_is_measured_again() -> None:
