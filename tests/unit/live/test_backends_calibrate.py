@@ -721,3 +721,31 @@ def test_an_interrupted_calibration_says_nothing_was_written(tmp_path: Path,
         "once the whole grid is measured, so nothing was written (fewer --repeats or a smaller "
         "grid take less time)")
     assert not cost.exists()
+
+
+def test_a_replay_between_two_scrapes_shows_no_kv_figure(tmp_path: Path) -> None:
+    """A replay whose work falls between the scrape before its first arrival and the one
+    after its last finish (no --poll-period tick in between: on the CPU vLLM, a 0.6 s run at
+    the default 1 s) printed KV used 0 and reserved 0, never measured. Now '-' and said why.
+    The scrapes are ordered by events: the first is awaited before any request is sent, the
+    last after every one finished, and the poller's first tick is 1000 s away."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.01 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(3)))
+    out = tmp_path / "run"
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--out",
+                                       str(out), "--poll-period", "1000"])
+    assert res.exit_code == 0, res.stderr
+    summary = read_run(out).summary
+    assert summary["overall"]["completed"] == 3
+    assert set(summary["kv"].values()) == {None}
+    said = " ".join(res.stdout.split())
+    assert ("assumed: KV used and reserved: no scrape of the server's /metrics fell within the "
+            "run's work (first arrival to last finish, ") in said
+    assert "conservative - - - -" in " ".join(res.stdout.split()).replace("  ", " ")
