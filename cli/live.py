@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
@@ -993,8 +993,8 @@ def _print_live_validation(outcome: "LiveComparison",
         return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"
 
     typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
-        [r["metric"], shown_value(r["metric"], r["simulated"]),
-         shown_value(r["metric"], r["measured"]), pct(r["rel_error"])]
+        [r["metric"], table_cell(r["metric"], r["simulated"]),
+         table_cell(r["metric"], r["measured"]), pct(r["rel_error"])]
         for r in result.metrics.to_dict(orient="records")
     ]))
     typer.echo(fill(THROUGHPUT_SAID))
@@ -1018,8 +1018,8 @@ def _print_live_validation(outcome: "LiveComparison",
         typer.echo(f"with every step time x{factor:.3f} (the speed checks' mean), simulated "
                    "vs measured:")
         typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
-            [r["metric"], shown_value(r["metric"], r["simulated"]),
-             shown_value(r["metric"], r["measured"]), pct(r["rel_error"])]
+            [r["metric"], table_cell(r["metric"], r["simulated"]),
+             table_cell(r["metric"], r["measured"]), pct(r["rel_error"])]
             for r in key.to_dict(orient="records")]))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, live/, sim/")
     if max_error is not None:
