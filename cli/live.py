@@ -602,7 +602,7 @@ def calibrate_cmd(
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
-                                 max_num_batched_tokens=max_num_batched_tokens)
+                                 max_num_batched_tokens=max_num_batched_tokens, seed=seed)
         target = _target(url, model, api_key, read_timeout)
         _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
         cal = _calibrate_with_bar(target, plan, capacity_tokens, out)
@@ -732,8 +732,9 @@ def _say_batch_limits_assumed(plan: CalibrationPlan, max_num_seqs: int | None,
 
 def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
                       repeats: int, retries: int, idle_gap: float, max_num_seqs: int | None,
-                      max_num_batched_tokens: int | None) -> CalibrationPlan:
-    """The grid ``calibrate --url`` times, from its flags."""
+                      max_num_batched_tokens: int | None, seed: int = 0) -> CalibrationPlan:
+    """The grid ``calibrate --url`` times, from its flags (``--seed``: its prompts' token
+    ids)."""
     return CalibrationPlan(
         prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
         decode_batches=_ints(decode_batches, "--decode-batches"),
@@ -743,6 +744,7 @@ def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: 
         idle_gap_s=idle_gap,
         max_num_seqs=max_num_seqs or 256,
         max_num_batched_tokens=max_num_batched_tokens or 2048,
+        seed=seed,
     )
 
 

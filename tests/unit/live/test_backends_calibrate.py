@@ -475,13 +475,16 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     res = runner.invoke(app, ["calibrate", "--url", fake_url, "--out", str(cost),
                               "--prefill-tokens", "64,256,1024", "--decode-batches", "1,4,8",
                               "--context-tokens", "64,256", "--repeats", "2", "--max-num-seqs",
-                              "64"])
+                              "64", "--seed", "7"])
     assert res.exit_code == 0, res.stderr
     assert "intercept_s" in res.stdout and "frontend_overhead_s" in res.stdout
     assert f"wrote {cost}" in res.stdout
     payload = json.loads(cost.read_text())
     assert payload["calibration"]["plan"]["prefill_tokens"] == [64, 256, 1024]
     assert payload["calibration"]["plan"]["retries"] == 2 and payload["fit"]["mape"] < 0.01
+    # --seed draws the prompts' token ids (before: accepted with --url and unused, the plan's
+    # seed 0 whatever was given)
+    assert payload["calibration"]["plan"]["seed"] == 7
     assert engine.bodies  # the streams went to the virtual engine
     # no --gpu: the file cannot say what it was fitted on, and the command says so
     assert "fitted_on" not in payload
