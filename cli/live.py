@@ -570,6 +570,16 @@ def calibrate_cmd(
 ) -> None:
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
     to a recorded run's latencies (--records, offline)."""
+    setup = _RecordedFlags(
+        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
+        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
+        engine=engine, max_output=max_output)
+    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                    allow_small=allow_small_fit)
     if records is not None:
         with user_errors():
             _calibrate_recorded(records, out, url=url, live_given={
@@ -578,26 +588,14 @@ def calibrate_cmd(
                 "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
                 "--decode-batches": decode_batches != "1,2,4,8,16,32",
                 "--context-tokens": context_tokens != "64,256,1024",
-                "--capacity-tokens": capacity_tokens is not None}, setup=_RecordedFlags(
-                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-                block_size=block_size, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
-                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
-                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
-                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                              allow_small=allow_small_fit))
+                "--capacity-tokens": capacity_tokens is not None}, setup=setup, fit=fit)
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        _refuse_records_only("a live calibration", {
-            "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
-            "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
-            "--param": bool(params), "--scenario": scenario is not None,
-            "--num-gpu-blocks": num_gpu_blocks is not None, "--block-size": block_size is not None,
-            "--engine": engine is not None, "--set": bool(overrides)})
+        # its cost file records the GPU, -tp and the KV dtype it was fitted on
+        _refuse_records_only("a live calibration", {**setup.given(), **fit.given()},
+                             used=("--gpu", "-tp/--tensor-parallel-size", "--kv-cache-dtype"))
         _check_kv_dtype(kv_cache_dtype)
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
@@ -636,6 +634,19 @@ class _RecordedFlags:
     engine: str | None
     max_output: int | None
 
+    def given(self) -> dict[str, bool]:
+        """Which of these flags were given (by their names on the command line)."""
+        return {"--records-format": self.records_format is not None,
+                "--column": bool(self.columns), "--tier": self.tier != "interactive",
+                "--gpu": self.gpu is not None, "--scenario": self.scenario is not None,
+                "--set": bool(self.overrides), "--num-gpu-blocks": self.num_gpu_blocks is not None,
+                "--block-size": self.block_size is not None,
+                "--cost-model": self.cost_model is not None, "--policy": self.policy is not None,
+                "--param": bool(self.params),
+                "-tp/--tensor-parallel-size": self.tensor_parallel_size is not None,
+                "--kv-cache-dtype": self.kv_cache_dtype is not None,
+                "--engine": self.engine is not None, "--max-output": self.max_output is not None}
+
     def setup(self, records: Path) -> "recorded.RecordedSetup":
         """The recording read and its simulation configured (:func:`recorded.recorded_setup`)."""
         return recorded.recorded_setup(
@@ -660,6 +671,12 @@ class _FitFlags:
     fit_overhead: bool
     allow_refusals: bool
     allow_small: bool
+
+    def given(self) -> dict[str, bool]:
+        """Which of these flags were given (by their names on the command line)."""
+        return {"--fit": self.kind != "default", "--holdout": self.holdout is not None,
+                "--max-evals": self.max_evals != 200, "--no-fit-overhead": not self.fit_overhead,
+                "--allow-refusals": self.allow_refusals, "--allow-small-fit": self.allow_small}
 
 
 def _calibrate_recorded(records: Path, out: Path, *, url: str | None, live_given: dict[str, bool],
@@ -698,10 +715,12 @@ def _refuse_live_only(run: str, given: dict[str, bool]) -> None:
         raise CliError(f"{flags[0]} applies to {run} (--url), not to --records")
 
 
-def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
+def _refuse_records_only(run: str, given: dict[str, bool], used: tuple[str, ...] = ()
+                         ) -> None:
     """Refuse the first flag of ``given`` that was set (a flag of ``--records``, which ``run``
-    would ignore)."""
-    flags = [flag for flag, set_ in given.items() if set_]
+    would ignore), but those of ``used`` (which ``run`` takes too: ``validate --url`` takes the
+    cost file, the gateway's flags and the trace's; the server tells its KV blocks)."""
+    flags = [flag for flag, set_ in given.items() if set_ and flag not in used]
     if flags:
         raise CliError(f"{flags[0]} applies to --records, not to {run}")
 
@@ -866,6 +885,16 @@ def validate_cmd(
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
+    setup = _RecordedFlags(
+        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
+        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
+        engine=engine, max_output=max_output)
+    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                    allow_small=allow_small_fit)
     if records is not None:
         with user_errors():
             _validate_recorded(records, out, url=url, trace=trace, live_given={
@@ -873,30 +902,15 @@ def validate_cmd(
                 "--read-timeout": read_timeout != 600.0, "--time-scale": time_scale != 1.0,
                 "--capacity-tokens": capacity_tokens is not None,
                 "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
-                "--lease-ttl": lease_ttl is not None,
-                "--no-async-scheduling": not async_scheduling}, setup=_RecordedFlags(
-                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-                block_size=block_size, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
-                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
-                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
-                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                              allow_small=allow_small_fit), max_error=max_error)
+                "--lease-ttl": lease_ttl is not None, "--no-async-scheduling": not async_scheduling},
+                setup=setup, fit=fit, max_error=max_error)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        _refuse_records_only("a live validation", {
-            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit,
-            # the server tells its KV blocks; the cost file and --scenario say the rest
-            "--gpu": gpu is not None, "--num-gpu-blocks": num_gpu_blocks is not None,
-            "--block-size": block_size is not None,
-            "-tp/--tensor-parallel-size": tensor_parallel_size is not None,
-            "--kv-cache-dtype": kv_cache_dtype is not None, "--engine": engine is not None,
-            "--set": bool(overrides)})
+        _refuse_records_only("a live validation", {**setup.given(), **fit.given()}, used=(
+            "--cost-model", "--policy", "--param", "--scenario", "--tier", "--max-output"))
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
