@@ -56,6 +56,15 @@ def shown_value(metric: str, value: Any) -> Any:
     return value
 
 
+def table_cell(metric: str, value: Any) -> Any:
+    """A comparison table's cell on the terminal: :func:`shown_value`, and ``-`` where a side
+    has no figure (a NaN: every measured TTFT a client's read, no request of a kind), as the
+    relative-error column shows it, not ``nan``."""
+    if isinstance(value, float | np.floating) and not math.isfinite(float(value)):
+        return "-"
+    return shown_value(metric, value)
+
+
 def counts_whole(table: pd.DataFrame) -> pd.DataFrame:
     """A comparison table (``metric``, ``simulated``, ``measured``, ...) as ``validation.csv``
     and ``validation.json`` write it: each count's figures (:data:`COUNT_METRICS`) whole

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.help_text import POLICY_NAMES
@@ -33,7 +33,13 @@ from kvbudget.live.calibrate import CalibrationFailed, CalibrationPlan, calibrat
 from kvbudget.live.openai_client import ServerTarget, redact_url
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
 from kvbudget.live.server import BackendUnavailable
-from kvbudget.live.validate import discover_kv_server, load_live_cost_model, run_live_validation
+from kvbudget.live.validate import (
+    NothingCompleted,
+    discover_kv_server,
+    load_live_cost_model,
+    run_live_validation,
+    simulated_engine_line,
+)
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.perf.models import KV_CACHE_DTYPES
 from kvbudget.policies import DEFAULT_TIERS
@@ -576,6 +582,16 @@ def calibrate_cmd(
 ) -> None:
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
     to a recorded run's latencies (--records, offline)."""
+    setup = _RecordedFlags(
+        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
+        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
+        engine=engine, max_output=max_output)
+    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                    allow_small=allow_small_fit)
     if records is not None:
         with user_errors():
             _calibrate_recorded(records, out, url=url, live_given={
@@ -584,34 +600,22 @@ def calibrate_cmd(
                 "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
                 "--decode-batches": decode_batches != "1,2,4,8,16,32",
                 "--context-tokens": context_tokens != "64,256,1024",
-                "--capacity-tokens": capacity_tokens is not None}, setup=_RecordedFlags(
-                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-                block_size=block_size, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
-                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
-                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
-                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                              allow_small=allow_small_fit))
+                "--capacity-tokens": capacity_tokens is not None}, setup=setup, fit=fit)
         return
     with user_errors():
         if url is None:
             raise CliError("give --url (a live server) or --records (a recorded run)")
-        _refuse_records_only("a live calibration", {
-            "--max-output": max_output is not None, "--allow-refusals": allow_refusals,
-            "--allow-small-fit": allow_small_fit, "--policy": policy is not None,
-            "--param": bool(params), "--scenario": scenario is not None,
-            "--num-gpu-blocks": num_gpu_blocks is not None, "--block-size": block_size is not None,
-            "--engine": engine is not None, "--set": bool(overrides), "--cost-model": bool(cost_model),
-            **_reading_given(records_format, columns, fit_kind, holdout, max_evals, fit_overhead)})
+        # its cost file records the GPU, -tp and the KV dtype it was fitted on
+        _refuse_records_only("a live calibration", {**setup.given(), **fit.given()},
+                             used=("--gpu", "-tp/--tensor-parallel-size", "--kv-cache-dtype"))
         _check_kv_dtype(kv_cache_dtype)
         check_out_file(out)
         plan = _calibration_plan(prefill_tokens, decode_batches, context_tokens, repeats=repeats,
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
-                                 max_num_batched_tokens=max_num_batched_tokens)
+                                 max_num_batched_tokens=max_num_batched_tokens, seed=seed)
         target = _target(url, model, api_key, read_timeout)
-        cal = _calibrate_with_bar(target, plan, capacity_tokens)
+        _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
+        cal = _calibrate_with_bar(target, plan, capacity_tokens, out)
         _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
                           kv_cache_dtype=kv_cache_dtype or "auto")
     _print_calibration(cal, target, out)
@@ -642,6 +646,19 @@ class _RecordedFlags:
     engine: str | None
     max_output: int | None
 
+    def given(self) -> dict[str, bool]:
+        """Which of these flags were given (by their names on the command line)."""
+        return {"--records-format": self.records_format is not None,
+                "--column": bool(self.columns), "--tier": self.tier != "interactive",
+                "--gpu": self.gpu is not None, "--scenario": self.scenario is not None,
+                "--set": bool(self.overrides), "--num-gpu-blocks": self.num_gpu_blocks is not None,
+                "--block-size": self.block_size is not None,
+                "--cost-model": self.cost_model is not None, "--policy": self.policy is not None,
+                "--param": bool(self.params),
+                "-tp/--tensor-parallel-size": self.tensor_parallel_size is not None,
+                "--kv-cache-dtype": self.kv_cache_dtype is not None,
+                "--engine": self.engine is not None, "--max-output": self.max_output is not None}
+
     def setup(self, records: Path) -> "recorded.RecordedSetup":
         """The recording read and its simulation configured (:func:`recorded.recorded_setup`)."""
         return recorded.recorded_setup(
@@ -666,6 +683,12 @@ class _FitFlags:
     fit_overhead: bool
     allow_refusals: bool
     allow_small: bool
+
+    def given(self) -> dict[str, bool]:
+        """Which of these flags were given (by their names on the command line)."""
+        return {"--fit": self.kind != "default", "--holdout": self.holdout is not None,
+                "--max-evals": self.max_evals != 200, "--no-fit-overhead": not self.fit_overhead,
+                "--allow-refusals": self.allow_refusals, "--allow-small-fit": self.allow_small}
 
 
 def _calibrate_recorded(records: Path, out: Path, *, url: str | None, live_given: dict[str, bool],
@@ -704,22 +727,14 @@ def _refuse_live_only(run: str, given: dict[str, bool]) -> None:
         raise CliError(f"{flags[0]} applies to {run} (--url), not to --records")
 
 
-def _refuse_records_only(run: str, given: dict[str, bool]) -> None:
+def _refuse_records_only(run: str, given: dict[str, bool], used: tuple[str, ...] = ()
+                         ) -> None:
     """Refuse the first flag of ``given`` that was set (a flag of ``--records``, which ``run``
-    would ignore)."""
-    flags = [flag for flag, set_ in given.items() if set_]
+    would ignore), but those of ``used`` (which ``run`` takes too: ``validate --url`` takes the
+    cost file, the gateway's flags and the trace's; the server tells its KV blocks)."""
+    flags = [flag for flag, set_ in given.items() if set_ and flag not in used]
     if flags:
         raise CliError(f"{flags[0]} applies to --records, not to {run}")
-
-
-def _reading_given(records_format: str | None, columns: list[str] | None, kind: str,
-                   holdout: float | None, max_evals: int, fit_overhead: bool
-                   ) -> dict[str, bool]:
-    """Which of the flags that read and fit a recording (``--records`` only) were given:
-    ``--url`` dropped them without a word."""
-    return {"--records-format": records_format is not None, "--column": bool(columns),
-            "--fit": kind != "default", "--holdout": holdout is not None,
-            "--max-evals": max_evals != 200, "--no-fit-overhead": not fit_overhead}
 
 
 def _check_kv_dtype(kv_cache_dtype: str | None) -> None:
@@ -730,10 +745,27 @@ def _check_kv_dtype(kv_cache_dtype: str | None) -> None:
                        f"got {kv_cache_dtype!r}")
 
 
+def _say_batch_limits_assumed(plan: CalibrationPlan, max_num_seqs: int | None,
+                              max_num_batched_tokens: int | None, out: Path) -> None:
+    """On stderr, the server's batch limits ``calibrate --url`` takes without being given them
+    (a vLLM server tells neither): the grid keeps to them and ``out`` records them, which
+    ``validate --url`` then simulates."""
+    assumed = [f"{flag} {value:,}" for flag, given, value in (
+        ("--max-num-seqs", max_num_seqs, plan.max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens, plan.max_num_batched_tokens))
+        if given is None]
+    if assumed:
+        typer.echo(fill(f"assumed: the server runs with {' and '.join(assumed)} (kvbudget's "
+                        "defaults; a server does not tell them): the grid keeps to them and "
+                        f"{out} records them, which validate --url simulates; give the "
+                        "server's own"), err=True)
+
+
 def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: str, *,
                       repeats: int, retries: int, idle_gap: float, max_num_seqs: int | None,
-                      max_num_batched_tokens: int | None) -> CalibrationPlan:
-    """The grid ``calibrate --url`` times, from its flags."""
+                      max_num_batched_tokens: int | None, seed: int = 0) -> CalibrationPlan:
+    """The grid ``calibrate --url`` times, from its flags (``--seed``: its prompts' token
+    ids)."""
     return CalibrationPlan(
         prefill_tokens=_ints(prefill_tokens, "--prefill-tokens"),
         decode_batches=_ints(decode_batches, "--decode-batches"),
@@ -743,6 +775,7 @@ def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: 
         idle_gap_s=idle_gap,
         max_num_seqs=max_num_seqs or 256,
         max_num_batched_tokens=max_num_batched_tokens or 2048,
+        seed=seed,
     )
 
 
@@ -769,21 +802,29 @@ def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
-                        capacity_tokens: int | None) -> "Calibration":
+                        capacity_tokens: int | None, out: Path) -> "Calibration":
     """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
-    exits with code 1."""
+    exits with code 1, Ctrl-C with 130, saying that ``out`` was not written."""
     bar: Any = None
+    progress = [0, 0]  # grid measurements done, of
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
             bar = Bar("calibrate", total, "point", lines_from=1)
         bar.update(1)
+        progress[:] = [done, total]
 
     try:
         return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
     except (BackendUnavailable, CalibrationFailed) as exc:
         raise CliError(str(exc), 1) from None
+    except KeyboardInterrupt:
+        done, total = progress
+        raise CliError(
+            f"interrupted after {done} of {total or 'the'} grid measurements: calibrate fits "
+            f"and writes {out} once the whole grid is measured, so nothing was written (fewer "
+            "--repeats or a smaller grid take less time)", 130) from None
     finally:
         if bar is not None:
             bar.close()
@@ -856,6 +897,16 @@ def validate_cmd(
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
+    setup = _RecordedFlags(
+        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
+        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
+        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
+        engine=engine, max_output=max_output)
+    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
+                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
+                    allow_small=allow_small_fit)
     if records is not None:
         with user_errors():
             _validate_recorded(records, out, url=url, trace=trace, live_given={
@@ -863,30 +914,15 @@ def validate_cmd(
                 "--read-timeout": read_timeout != 600.0, "--time-scale": time_scale != 1.0,
                 "--capacity-tokens": capacity_tokens is not None,
                 "--max-in-flight": max_in_flight != 256, "--poll-period": poll_period != 1.0,
-                "--lease-ttl": lease_ttl is not None,
-                "--no-async-scheduling": not async_scheduling}, setup=_RecordedFlags(
-                records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-                model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-                block_size=block_size, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model,
-                policy=policy, params=params, tensor_parallel_size=tensor_parallel_size,
-                kv_cache_dtype=kv_cache_dtype, engine=engine, max_output=max_output),
-                fit=_FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                              fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                              allow_small=allow_small_fit), max_error=max_error)
+                "--lease-ttl": lease_ttl is not None, "--no-async-scheduling": not async_scheduling},
+                setup=setup, fit=fit, max_error=max_error)
         return
     with user_errors():
         if url is None or trace is None or cost_model is None:
             raise CliError("give --url, --trace and --cost-model (a live validation) or "
                            "--records (a recorded run)")
-        _refuse_records_only("a live validation", {
-            "--allow-refusals": allow_refusals, "--allow-small-fit": allow_small_fit,
-            # the server tells its KV blocks; the cost file and --scenario say the rest
-            "--gpu": gpu is not None, "--num-gpu-blocks": num_gpu_blocks is not None,
-            "--block-size": block_size is not None, "--set": bool(overrides),
-            "-tp/--tensor-parallel-size": tensor_parallel_size is not None,
-            "--kv-cache-dtype": kv_cache_dtype is not None, "--engine": engine is not None,
-            **_reading_given(records_format, columns, fit_kind, holdout, max_evals, fit_overhead)})
+        _refuse_records_only("a live validation", {**setup.given(), **fit.given()}, used=(
+            "--cost-model", "--policy", "--param", "--scenario", "--tier", "--max-output"))
         outcome, checks, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -943,6 +979,10 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
                 hint="; validate needs a complete run: start it again with another --out",
                 front_door=setup.front_door),
             num_seqs=cal.max_num_seqs, speed_check=speed_check)
+    except NothingCompleted as exc:
+        if exc.by_gateway:  # what the trace's load assumed (a max_tokens) may be why
+            say_loaded(workload)
+        raise CliError(str(exc), 1) from None
     except BackendUnavailable as exc:  # the server, or a speed check, failed
         raise CliError(str(exc), 1) from None
     outcome = compare_live_validation(
@@ -952,11 +992,13 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         max_num_seqs=cal.max_num_seqs, max_num_batched_tokens=cal.max_num_batched_tokens,
         tiers=tiers, front_door=setup.front_door, capacity_tokens=capacity_tokens,
         lease_ttl_s=lease_ttl, seed=seed, async_scheduling=async_scheduling,
+        enable_prefix_caching=info.enable_prefix_caching,
         drift_factor=run.drift_factor() if correct_drift else None,
         source={"trace": str(trace), "url": target.base_url},
         speed_check=run.speed_check_meta(),
         title=f"{pol.name} on {trace.name}: simulated vs measured")
     say_loaded(workload)  # what the trace's load warned of or assumed, with the result (replay's)
+    typer.echo(fill(simulated_engine_line(info, cal)))
     for line in setting_lines([run.live.summary]):  # what the server did (said) or the replay
         typer.echo(line)  # assumed, as replay prints them: outputs cut at the context, ...
     return outcome, run.checks, overhead
@@ -979,8 +1021,8 @@ def _print_live_validation(outcome: "LiveComparison",
         return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"
 
     typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
-        [r["metric"], shown_value(r["metric"], r["simulated"]),
-         shown_value(r["metric"], r["measured"]), pct(r["rel_error"])]
+        [r["metric"], table_cell(r["metric"], r["simulated"]),
+         table_cell(r["metric"], r["measured"]), pct(r["rel_error"])]
         for r in result.metrics.to_dict(orient="records")
     ]))
     typer.echo(fill(THROUGHPUT_SAID))
@@ -1004,8 +1046,8 @@ def _print_live_validation(outcome: "LiveComparison",
         typer.echo(f"with every step time x{factor:.3f} (the speed checks' mean), simulated "
                    "vs measured:")
         typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
-            [r["metric"], shown_value(r["metric"], r["simulated"]),
-             shown_value(r["metric"], r["measured"]), pct(r["rel_error"])]
+            [r["metric"], table_cell(r["metric"], r["simulated"]),
+             table_cell(r["metric"], r["measured"]), pct(r["rel_error"])]
             for r in key.to_dict(orient="records")]))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, live/, sim/")
     if max_error is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, shown_value
+from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
 from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
@@ -706,9 +706,9 @@ def _interval(low: Any, high: Any) -> str:
 def _table_rows(table: Any, stage: str = "all") -> list[list[Any]]:
     sub = table[table["stage"] == stage]
     lo, hi = INTERVAL_COLUMNS
-    return [[r["metric"], shown_value(r["metric"], r["simulated"]),
+    return [[r["metric"], table_cell(r["metric"], r["simulated"]),
              *([_interval(r[lo], r[hi])] if lo in r else []),
-             shown_value(r["metric"], r["measured"]), _pct(r["rel_error"])]
+             table_cell(r["metric"], r["measured"]), _pct(r["rel_error"])]
             for r in sub.to_dict(orient="records")]
 
 

@@ -123,21 +123,45 @@ def plan_points(plan: CalibrationPlan, capacity_tokens: int, max_model_len: int 
     """The grid points that fit the server, prefill first. A decode point whose streams would
     not fit in the KV capacity with ``decode_tokens`` each generates fewer (down to
     ``MIN_DECODE_TOKENS``, or ``decode_tokens`` when that is smaller), so that the engine never preempts while it is measured."""
+    return [p for p, why in _plan_grid(plan, capacity_tokens, max_model_len) if not why]
+
+
+def left_out_points(plan: CalibrationPlan, capacity_tokens: int, max_model_len: int | None
+                    ) -> list[str]:
+    """One note for each point of the plan :func:`plan_points` leaves out, saying what of the
+    server (or of the plan's limits) it does not fit."""
+    return [f"{_point_name(p)}: left out, {why}"
+            for p, why in _plan_grid(plan, capacity_tokens, max_model_len) if why]
+
+
+def _plan_grid(plan: CalibrationPlan, capacity_tokens: int, max_model_len: int | None
+               ) -> list[tuple[GridPoint, str]]:
+    """Every point of the plan, prefill first, with why it does not fit ('' where it does)."""
     limit = max_model_len or 1 << 30
-    points: list[GridPoint] = []
+    grid: list[tuple[GridPoint, str]] = []
     bg = BACKGROUND_PROMPT + plan.background_tokens
     for p in sorted(set(plan.prefill_tokens)):
-        if p + 1 <= limit and p + bg <= capacity_tokens and p + 1 <= plan.max_num_batched_tokens:
-            points.append(GridPoint("prefill", 1, p))
+        why = (f"over max_model_len {max_model_len:,}" if p + 1 > limit else
+               f"it and the background stream ({bg} tokens) over the KV capacity of "
+               f"{capacity_tokens:,} tokens" if p + bg > capacity_tokens else
+               f"over one step of max_num_batched_tokens {plan.max_num_batched_tokens:,}"
+               if p + 1 > plan.max_num_batched_tokens else "")
+        grid.append((GridPoint("prefill", 1, p), why))
+    least = min(MIN_DECODE_TOKENS, plan.decode_tokens)
     for n in sorted(set(plan.decode_batches)):
-        if n > plan.max_num_seqs:
-            continue
         for c in sorted(set(plan.context_tokens)):
             k = min(plan.decode_tokens, capacity_tokens // n - c - 1, limit - c)
-            if k >= min(MIN_DECODE_TOKENS, plan.decode_tokens) and (
-                    n * c <= plan.max_num_batched_tokens):
-                points.append(GridPoint("decode", n, c, k))
-    return points
+            why = (f"more streams than max_num_seqs {plan.max_num_seqs:,}"
+                   if n > plan.max_num_seqs else
+                   f"{n} x {c} prompt tokens over one step of max_num_batched_tokens "
+                   f"{plan.max_num_batched_tokens:,}" if n * c > plan.max_num_batched_tokens
+                   else "" if k >= least else
+                   f"fewer than {least} tokens each to decode within max_model_len "
+                   f"{max_model_len:,}" if limit - c < least else
+                   f"{n} streams of {c} + {least} tokens over the KV capacity of "
+                   f"{capacity_tokens:,} tokens")
+            grid.append((GridPoint("decode", n, c, max(k, 1)), why))
+    return grid
 
 
 @dataclass(eq=False)
@@ -370,11 +394,12 @@ async def profile_async(
                              "explicitly")
         target = _profiling_target(target, info)
         points = plan_points(plan, capacity, info.max_model_len)
+        left_out = left_out_points(plan, capacity, info.max_model_len)
         if not any(p.kind == "prefill" for p in points) or not any(
                 p.kind == "decode" for p in points):
             raise ValueError(
                 f"no prefill or no decode point of the plan fits the server (KV capacity "
-                f"{capacity} tokens, max_model_len {info.max_model_len})"
+                f"{capacity} tokens, max_model_len {info.max_model_len}): " + "; ".join(left_out)
             )
         prof = _Profiler(client, target, plan, clock)
         for _ in range(plan.warmup):
@@ -402,6 +427,15 @@ async def profile_async(
                 if on_point is not None:
                     on_point(point, done, total)
     samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+    _check_timed(samples, points, plan, notes)
+    idle_ttft = pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"])
+    return samples, idle_ttft, info, [*left_out, *notes]
+
+
+def _check_timed(samples: pd.DataFrame, points: list[GridPoint], plan: CalibrationPlan,
+                 notes: list[str]) -> None:
+    """:class:`CalibrationFailed` when fewer than two prefill or two decode points (of those
+    planned) were timed, with the first ``notes`` of the misses."""
     for kind in ("prefill", "decode"):
         planned = sum(1 for p in points if p.kind == kind)
         of_kind = samples.loc[samples["kind"] == kind, ["num_seqs", "seq_len"]]
@@ -412,7 +446,6 @@ async def profile_async(
                 f"{1 + plan.retries} times a repeat): the server sent its tokens in bursts "
                 "(its API server fell behind the engine, as on an overloaded machine) or the "
                 "streams did not overlap; notes: " + "; ".join(notes[:6]))
-    return samples, pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"]), info, notes
 
 
 def median_samples(samples: pd.DataFrame) -> pd.DataFrame:

@@ -983,6 +983,7 @@ def finalize(
             **_assumed(records, num_kv_unknown, assumed),
         },
     )
+    _unsampled_kv(summary, records, timeline)
     write_outputs(out_dir, records, timeline, summary, attempts, gaps)
     by_row = token_gaps_of_rows(out_dir, records)
     return ReplayOutcome(records, timeline, summary, complete=len(records) == num_requests,
@@ -1022,6 +1023,29 @@ def _assumed(records: pd.DataFrame, num_kv_unknown: int, more: Sequence[str] = (
             lines.append(rules)
     lines.extend(more)
     return {"assumed": lines} if lines else {}
+
+
+KV_UNSAMPLED = ("KV used and reserved: no scrape of the server's /metrics fell within the run's "
+                "work (first arrival to last finish, {span:.2f} s; one a --poll-period): not "
+                "measured, so not shown (a shorter --poll-period samples them)")
+"""The ``assumed`` line of a replay whose timeline has no sample while it worked: its KV
+figures would read 0 (the samples before the first arrival and after the last finish)."""
+
+
+def _unsampled_kv(summary: dict[str, Any], records: pd.DataFrame, timeline: pd.DataFrame
+                  ) -> None:
+    """A run whose work (first arrival to last finish) fell between two scrapes of
+    ``/metrics`` has no KV figure: its ``kv`` block is set to None and ``assumed`` says why,
+    rather than a used and reserved 0 that were never measured."""
+    done = records[records["status"] == "completed"] if len(records) else records
+    if not len(done) or not len(timeline):
+        return
+    start, end = float(records["arrival_s"].min()), float(done["finished_s"].max())
+    times = timeline["time_s"].to_numpy()
+    if ((times > start) & (times < end)).any():
+        return
+    summary["kv"] = {k: None for k in summary.get("kv", {})}
+    summary["assumed"] = [*summary.get("assumed", ()), KV_UNSAMPLED.format(span=end - start)]
 
 
 def _columns(df: pd.DataFrame) -> dict[str, Any]:

@@ -111,7 +111,7 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget,
     if response.status_code >= 400:
         raise BackendUnavailable(
             f"{target.url('/v1/models')} answered HTTP {response.status_code}"
-        )
+            + _models_refusal_hint(response.status_code, target))
     try:
         payload = response.json()
     except ValueError:
@@ -144,6 +144,18 @@ async def discover(client: httpx.AsyncClient, target: ServerTarget,
             snap = None
     return server_info(model, max_model_len, root, snap,
                        engine=None if entry is None else engine_of(entry))
+
+
+def _models_refusal_hint(status: int, target: ServerTarget) -> str:
+    """What to do about a refused ``/v1/models``: a key it wants (401, 403), a URL that is
+    no OpenAI-compatible server's root (404, 405: every one of them serves that path)."""
+    if status in (401, 403):
+        return (": the server wants an API key" if not target.api_key else
+                ": the server refused the API key given") + " (--api-key or KVBUDGET_API_KEY)"
+    if status in (404, 405):
+        return (f": --url {target.base_url} is not the root of an OpenAI-compatible server "
+                "(vLLM, SGLang, TGI and llama.cpp's server all answer GET /v1/models there)")
+    return ""
 
 
 def served_models(payload: Any) -> list[dict[str, Any]]:

@@ -38,12 +38,14 @@ class LiveCostModel:
     frontend_overhead_s: float
     max_num_seqs: int
     max_num_batched_tokens: int
+    limits_from: str = ""
+    """Where the batch limits came from, as a line says it (:func:`simulated_engine_line`)."""
 
 
 def load_live_cost_model(path: Path, *, max_num_seqs: int | None = None,
                          max_num_batched_tokens: int | None = None) -> LiveCostModel:
     """Read ``path``; ValueError (naming it) unless it holds a linear cost model. The batch
-    limits default to the calibration plan's, else vLLM's 256 and 2048."""
+    limits default to the calibration plan's, else 256 and 2048 (``CalibrationPlan``'s)."""
     loaded = load_cost_model(path)
     if not isinstance(loaded, LinearCostModel):
         raise ValueError(f"{path}: a live validate needs a linear cost model (kvbudget "
@@ -54,7 +56,40 @@ def load_live_cost_model(path: Path, *, max_num_seqs: int | None = None,
         model=loaded, frontend_overhead_s=overhead,
         max_num_seqs=max_num_seqs or int(plan.get("max_num_seqs", 256)),
         max_num_batched_tokens=max_num_batched_tokens
-        or int(plan.get("max_num_batched_tokens", 2048)))
+        or int(plan.get("max_num_batched_tokens", 2048)),
+        limits_from=_limits_from(path, plan, max_num_seqs, max_num_batched_tokens))
+
+
+def _limits_from(path: Path, plan: dict[str, Any], max_num_seqs: int | None,
+                 max_num_batched_tokens: int | None) -> str:
+    """Where ``max_num_seqs`` and ``max_num_batched_tokens`` came from: the flags, else the
+    calibration's plan in ``path`` (what calibrate was given, else its defaults), else
+    kvbudget's defaults. Neither is told by a vLLM server (its ``/metrics`` has no such
+    figure), so a line says which was taken."""
+    flags = [f for f, v in (("--max-num-seqs", max_num_seqs),
+                            ("--max-num-batched-tokens", max_num_batched_tokens)) if v]
+    if len(flags) == 2:
+        return "as given"
+    where = (f"from {path.name}'s calibration plan, what calibrate was given or else its "
+             "defaults," if plan else f"kvbudget's defaults ({path.name} records no plan),")
+    return (f"{flags[0]} as given, the other {where}" if flags else where) + (
+        " which the server does not tell (--max-num-seqs and --max-num-batched-tokens give "
+        "the server's)")
+
+
+def simulated_engine_line(info: ServerInfo, cal: LiveCostModel) -> str:
+    """What ``validate --url`` simulates the server as, and where each figure came from: the
+    KV blocks, block size and prefix caching its ``/metrics`` tells, its ``/v1/models``
+    context, and the batch limits of :attr:`LiveCostModel.limits_from`."""
+    caching = ("prefix caching on (vLLM's default; /metrics does not say)"
+               if info.enable_prefix_caching is None
+               else f"prefix caching {'on' if info.enable_prefix_caching else 'off'} (/metrics)")
+    context = ("no max_model_len (/v1/models tells none)" if info.max_model_len is None
+               else f"max_model_len {info.max_model_len:,} (/v1/models)")
+    return (f"simulated the server as it tells itself: {info.usable_blocks:,} usable KV blocks "
+            f"of {info.block_size} tokens (/metrics), {caching}, {context}; max_num_seqs "
+            f"{cal.max_num_seqs:,} and max_num_batched_tokens {cal.max_num_batched_tokens:,} "
+            f"{cal.limits_from}")
 
 
 def discover_kv_server(target: ServerTarget) -> ServerInfo:
@@ -78,6 +113,16 @@ def discover_kv_server(target: ServerTarget) -> ServerInfo:
 
 class SpeedCheckFailed(BackendUnavailable):
     """The server refused or dropped a speed check."""
+
+
+class NothingCompleted(BackendUnavailable):
+    """The replay completed none of its requests: nothing to compare. ``by_gateway``: no
+    request had an answer from the server (the gateway refused or expired every one, as what
+    the trace's load assumed, a max_tokens, may explain)."""
+
+    def __init__(self, message: str, *, by_gateway: bool) -> None:
+        super().__init__(message)
+        self.by_gateway = by_gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +183,12 @@ def run_live_validation(target: ServerTarget, model: LinearCostModel, info: Serv
     done = live.records["status"] == "completed"
     if not done.any():  # nothing measured: no comparison to make
         errors = live.records.loc[live.records["error"] != "", "error"]
-        first = f" (first error: {errors.iloc[0]})" if len(errors) else ""
-        raise BackendUnavailable(f"the replay completed none of its {len(live.records)} "
-                                 f"requests{first}; nothing to validate against")
+        first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
+        statuses = live.records["status"].value_counts()
+        how = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        raise NothingCompleted(f"the replay completed none of its {len(live.records)} "
+                               f"requests ({how}{first}); nothing to validate against",
+                               by_gateway=not len(errors))
     after = check()
     return LiveValidationRun(live=live, info=info, checks=(before, after),
                              speed_checked=speed_check)

@@ -457,6 +457,7 @@ def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePol
                             capacity_tokens: int | None = None,
                             lease_ttl_s: float | None = None, seed: int = 0,
                             async_scheduling: bool = True,
+                            enable_prefix_caching: bool | None = None,
                             drift_factor: float | None = None,
                             source: Mapping[str, Any] | None = None,
                             speed_check: Mapping[str, Any] | None = None,
@@ -466,13 +467,16 @@ def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePol
 discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and front-end
     overhead. ``capacity_tokens``: the gateway's budget (default: the server's KV capacity).
     ``async_scheduling``: whether the server schedules a step while the last one runs (vLLM's
-    default on GPUs; a CPU vLLM runs without it).
+    default on GPUs; a CPU vLLM runs without it). ``enable_prefix_caching``: the server's, as its
+    ``/metrics`` tells it (None: vLLM's default, on); a server run with
+    ``--no-enable-prefix-caching`` shares no KV between prompts, and neither does the simulation.
     ``validation.json`` records ``source`` (e.g. trace, url), the engine and ``speed_check``."""
     config = SimConfig(
         engine=EngineConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                             max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens,
-                            max_model_len=max_model_len, async_scheduling=async_scheduling),
+                            max_model_len=max_model_len, async_scheduling=async_scheduling,
+                            enable_prefix_caching=enable_prefix_caching),
         tiers=tiers, front_door=front_door, cost_model=cost_model,
         gateway_capacity_tokens=capacity_tokens, lease_ttl_s=lease_ttl_s,
         timeline_period_s=0.25, seed=seed, frontend_overhead_s=frontend_overhead_s,
@@ -481,7 +485,8 @@ discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and
             "engine": {"block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
                        "max_num_seqs": max_num_seqs,
                        "max_num_batched_tokens": max_num_batched_tokens,
-                       "async_scheduling": async_scheduling},
+                       "async_scheduling": async_scheduling,
+                       "enable_prefix_caching": enable_prefix_caching},
             "speed_check": dict(speed_check or {})}
     return compare_live_run(workload, new_policy, config, live, out,
                             capacity_tokens=capacity_tokens or num_gpu_blocks * block_size,

@@ -21,6 +21,7 @@ the virtual engine.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import textwrap
@@ -42,6 +43,7 @@ from kvbudget.live.calibrate import (
     GridPoint,
     calibrate,
     frontend_overhead,
+    left_out_points,
     median_samples,
     plan_points,
 )
@@ -139,9 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
             raw = json.dumps({"data": [{"id": "fake", "max_model_len": MAX_MODEL_LEN}]}).encode()
             self._send(200, raw, "application/json")
         elif self.path == "/metrics":
-            raw = (b'vllm:cache_config_info{block_size="16",num_gpu_blocks="257"} 1.0\n'
-                   b'vllm:num_preemptions_total{engine="0"} 0.0\n')
-            self._send(200, raw, "text/plain")
+            self._send(200, self.server.metrics, "text/plain")
         else:
             self._send(200, b"{}", "application/json")
 
@@ -173,10 +173,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the default 5 drops concurrent connects (retried after 1 s)
 
-    def __init__(self) -> None:
+    def __init__(self, cache_labels: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.engine = FakeEngine()
         self.bodies: list[dict[str, Any]] = []
+        self.metrics = (f'vllm:cache_config_info{{block_size="16",num_gpu_blocks="257"'
+                        f'{cache_labels}}} 1.0\n'
+                        'vllm:num_preemptions_total{engine="0"} 0.0\n').encode()
 
 
 # --- the same engine on a virtual clock ---------------------------------------------------------
@@ -327,15 +330,22 @@ class VirtualEngine:
 
 @pytest.fixture
 def fake_url() -> Iterator[str]:
-    server = _Server()
+    with _serving(_Server()) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(server: _Server) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    server.engine.close()
-    thread.join(timeout=5)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.engine.close()
+        thread.join(timeout=5)
 
 
 PLAN = CalibrationPlan(prefill_tokens=(16, 128, 512, 1024), decode_batches=(1, 2, 4, 8),
@@ -395,6 +405,21 @@ def test_plan_points_respect_the_server() -> None:
     # 8 streams of 64-token prompts have room for 1152 / 8 - 65 = 79 tokens each
     assert [(p.num_seqs, p.seq_len, p.tokens) for p in fewer if p.kind == "decode"] == [
         (1, 64, 128), (8, 64, 79)]
+    # each point left out is said, with what of the server it does not fit (before: the
+    # command said "fitted on N grid points" and nothing of the points it never measured)
+    assert left_out_points(plan, capacity_tokens=1152, max_model_len=1024) == [
+        "prefill 4096: left out, over max_model_len 1,024",
+        "decode 1x1024: left out, fewer than 32 tokens each to decode within max_model_len 1,024",
+        "decode 8x1024: left out, 8 x 1024 prompt tokens over one step of "
+        "max_num_batched_tokens 2,048",
+        "decode 64x64: left out, more streams than max_num_seqs 8",
+        "decode 64x1024: left out, more streams than max_num_seqs 8"]
+    assert ("decode 8x64: left out, 8 streams of 64 + 32 tokens over the KV capacity of 600 "
+            "tokens") in left_out_points(plan, capacity_tokens=600, max_model_len=1024)
+    # docs/live.md's example: the CPU vLLM of the live tests (1,152 usable KV tokens)
+    assert ("decode 4x256: left out, 4 streams of 256 + 32 tokens over the KV capacity of "
+            "1,152 tokens") in left_out_points(CalibrationPlan(decode_batches=(4,)),
+                                               capacity_tokens=1152, max_model_len=1024)
     with pytest.raises(ValueError, match="repeats"):
         CalibrationPlan(repeats=0)
     with pytest.raises(ValueError, match="prefill_tokens"):
@@ -450,18 +475,25 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     res = runner.invoke(app, ["calibrate", "--url", fake_url, "--out", str(cost),
                               "--prefill-tokens", "64,256,1024", "--decode-batches", "1,4,8",
                               "--context-tokens", "64,256", "--repeats", "2", "--max-num-seqs",
-                              "64"])
+                              "64", "--seed", "7"])
     assert res.exit_code == 0, res.stderr
     assert "intercept_s" in res.stdout and "frontend_overhead_s" in res.stdout
     assert f"wrote {cost}" in res.stdout
     payload = json.loads(cost.read_text())
     assert payload["calibration"]["plan"]["prefill_tokens"] == [64, 256, 1024]
     assert payload["calibration"]["plan"]["retries"] == 2 and payload["fit"]["mape"] < 0.01
+    # --seed draws the prompts' token ids (before: accepted with --url and unused, the plan's
+    # seed 0 whatever was given)
+    assert payload["calibration"]["plan"]["seed"] == 7
     assert engine.bodies  # the streams went to the virtual engine
     # no --gpu: the file cannot say what it was fitted on, and the command says so
     assert "fitted_on" not in payload
     assert (f"note: {cost} does not record the GPU and model it was fitted on (the GPU is not "
             "given (--gpu))") in res.stderr
+    # the batch limit it was not given is said as assumed (a server does not tell it), before
+    # the grid is timed: the file records it and validate simulates it
+    assert ("assumed: the server runs with --max-num-batched-tokens 2,048 (kvbudget's "
+            "defaults; a server does not tell them)") in " ".join(res.stderr.split())
 
     rng = np.random.default_rng(3)
     arrivals = np.cumsum(rng.exponential(1 / 10, 40))
@@ -491,6 +523,11 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
         assert (out / name).is_file(), name
     report = json.loads((out / "validation.json").read_text())
     assert report["engine"]["max_num_seqs"] == 64  # from the calibration
+    # what it simulated the server as, and where each figure came from, is said
+    assert ("simulated the server as it tells itself: 256 usable KV blocks of 16 tokens "
+            "(/metrics), prefix caching on (vLLM's default; /metrics does not say), "
+            "max_model_len 2,048 (/v1/models); max_num_seqs 64 and max_num_batched_tokens "
+            "2,048 from cost.json's calibration plan") in " ".join(res.stdout.split())
     # what it assumed of the server's scheduling, said and recorded (vLLM's GPU default)
     assert ("simulated with async scheduling on (vLLM's default on GPUs; a CPU vLLM runs "
             "without it: --no-async-scheduling)") in res.stdout
@@ -566,6 +603,13 @@ def test_tokens_in_bursts_fail_the_calibration_clearly() -> None:
     plan = replace(PLAN, prefill_tokens=(64, 256), decode_batches=(1, 2), repeats=1)
     with pytest.raises(CalibrationFailed, match="in bursts"):
         VirtualEngine(burst=True).calibrate(plan)
+    # the notes it quotes are the misses, not the points left out for the server (which came
+    # first and crowded them out: 'notes: decode 16x32: left out, ...; decode 16x256: ...')
+    wider = replace(plan, decode_batches=(1, 2, 16, 32, 64))
+    with pytest.raises(CalibrationFailed) as failed:
+        VirtualEngine(burst=True).calibrate(wider)
+    assert "left out" not in str(failed.value)
+    assert "notes: prefill 64: stall not seen (repeat 0, try 1)" in str(failed.value)
 
 
 def test_a_point_the_streams_could_not_time_is_measured_again() -> None:
@@ -585,3 +629,126 @@ def test_a_point_the_streams_could_not_time_is_measured_again() -> None:
     assert sorted(once.samples.loc[once.samples["kind"] == "prefill", "seq_len"]) == [256, 1024]
     with pytest.raises(ValueError, match="retries"):
         replace(plan, retries=-1)
+
+
+def _cost_file(path: Path) -> Path:
+    """A linear cost file as calibrate --url writes one, its plan's batch limits included."""
+    path.write_text(json.dumps({
+        "kind": "linear", "coefficients": {
+            "intercept_s": INTERCEPT_S, "per_prefill_token_s": PER_PREFILL_TOKEN_S,
+            "per_decode_seq_s": PER_DECODE_SEQ_S, "per_context_token_s": 0.0,
+            "per_prefill_seq_s": PER_PREFILL_SEQ_S},
+        "frontend_overhead_s": FRONTEND_S,
+        "calibration": {"plan": {"max_num_seqs": 8, "max_num_batched_tokens": 1024}}}))
+    return path
+
+
+def test_validate_simulates_the_servers_prefix_caching(tmp_path: Path) -> None:
+    """A server run with --no-enable-prefix-caching (its /metrics says so) shares no KV
+    between prompts; before, validate --url simulated vLLM's default (on) whatever the server
+    said, so a trace with prefix hashes had prefix hits on the simulated side only (on the CPU
+    vLLM: 75 % of the prompt tokens of a Mooncake trace)."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "mooncake.jsonl"  # 600-token prompts sharing their first 512 tokens
+    trace.write_text("".join(json.dumps(
+        {"timestamp": 40 * i, "input_length": 600, "output_length": 8, "hash_ids": [1, 10 + i]})
+        + "\n" for i in range(6)))
+    cost = _cost_file(tmp_path / "cost.json")
+    with _serving(_Server(',enable_prefix_caching="False"')) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model", str(cost),
+            "--max-output", "16", "--no-speed-check", "--max-num-seqs", "4",
+            "--out", str(tmp_path / "val")])
+    assert res.exit_code == 0, res.stderr
+    sim = json.loads((tmp_path / "val" / "sim" / "summary.json").read_text())
+    assert sim["engine"]["prefix_caching"] is False
+    assert sim["engine"]["prefix_cache_hit_tokens"] == 0
+    report = json.loads((tmp_path / "val" / "validation.json").read_text())
+    assert report["engine"]["enable_prefix_caching"] is False
+    said = " ".join(res.stdout.split())
+    assert ("simulated the server as it tells itself: 256 usable KV blocks of 16 tokens "
+            "(/metrics), prefix caching off (/metrics), max_model_len 2,048 (/v1/models); "
+            "max_num_seqs 4 and max_num_batched_tokens 1,024 --max-num-seqs as given, the "
+            "other from cost.json's calibration plan, what calibrate was given or else its "
+            "defaults, which the server does not tell") in said
+
+
+def test_validate_that_completes_nothing_says_why(tmp_path: Path) -> None:
+    """Every request refused by the gateway (prompt + the max_tokens assumed for a file that
+    has none, over its budget): before, the one line said only that none completed, and
+    what the trace's load assumed (the max_tokens) was never printed."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"timestamp": 40 * i, "input_length": 1900, "output_length": 8}) + "\n"
+        for i in range(3)))
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model",
+            str(_cost_file(tmp_path / "cost.json")), "--no-speed-check",
+            "--capacity-tokens", "3000", "--out", str(tmp_path / "val")])
+    assert res.exit_code == 1, res.stdout
+    err = " ".join(res.stderr.split())
+    assert ("error: the replay completed none of its 3 requests (3 rejected_too_large); "
+            "nothing to validate against") in err
+    assert "no max_tokens read from the file: max_output_tokens 2,048" in err
+
+
+def test_an_interrupted_calibration_says_nothing_was_written(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Ctrl-C during calibrate --url: before, 'error: interrupted' and no word of the file."""
+    from typer.testing import CliRunner
+
+    import kvbudget.cli.live as live_commands
+    from kvbudget.cli.main import app
+
+    def interrupted(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        kwargs["on_point"](GridPoint("prefill", 1, 16), 3, 21)  # 3 measured, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(live_commands, "calibrate", interrupted)
+    cost = tmp_path / "cost.json"
+    res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--out",
+                                   str(cost), "--max-num-seqs", "8",
+                                   "--max-num-batched-tokens", "2048"])
+    assert res.exit_code == 130
+    assert " ".join(res.stderr.split()) == (
+        f"error: interrupted after 3 of 21 grid measurements: calibrate fits and writes {cost} "
+        "once the whole grid is measured, so nothing was written (fewer --repeats or a smaller "
+        "grid take less time)")
+    assert not cost.exists()
+
+
+def test_a_replay_between_two_scrapes_shows_no_kv_figure(tmp_path: Path) -> None:
+    """A replay whose work falls between the scrape before its first arrival and the one
+    after its last finish (no --poll-period tick in between: on the CPU vLLM, a 0.6 s run at
+    the default 1 s) printed KV used 0 and reserved 0, never measured. Now '-' and said why.
+    The scrapes are ordered by events: the first is awaited before any request is sent, the
+    last after every one finished, and the poller's first tick is 1000 s away."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.01 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(3)))
+    out = tmp_path / "run"
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, ["replay", "--url", url, "--trace", str(trace), "--out",
+                                       str(out), "--poll-period", "1000"])
+    assert res.exit_code == 0, res.stderr
+    summary = read_run(out).summary
+    assert summary["overall"]["completed"] == 3
+    assert set(summary["kv"].values()) == {None}
+    said = " ".join(res.stdout.split())
+    assert ("assumed: KV used and reserved: no scrape of the server's /metrics fell within the "
+            "run's work (first arrival to last finish, ") in said
+    assert "conservative - - - -" in " ".join(res.stdout.split()).replace("  ", " ")

@@ -905,7 +905,8 @@ def _never(server: Hostile) -> Script:
 VALIDATE = {  # name -> (how the server is set up, exit code, what the one line says)
     "answers": (lambda s: None, 0, ""),
     "503 to every request": (lambda s: setattr(s, "completions", status(503)), 1,
-                             "completed none of its 4 requests (first error: HTTP 503"),
+                             "completed none of its 4 requests (4 rejected_overloaded; first "
+                             "error: HTTP 503"),
     "[DONE] only": (lambda s: setattr(s, "completions", sse(DONE)), 1,
                     "first error: stream ended without any output"),
     "resets": (lambda s: setattr(s, "completions", _reset_now(True)), 1,
@@ -968,7 +969,10 @@ def test_calibrate_against_hostile_servers(hostile: Hostile, tmp_path: Path,  # 
     out = tmp_path / "cost.json"
     code, _, stderr = _cli("calibrate", "--url", hostile.url, "--out", out, "--prefill-tokens",
                            "16,32", "--decode-batches", "1,2", "--context-tokens", "16",
-                           "--repeats", "1", "--idle-gap", "0", "--read-timeout", "0.5")
+                           "--repeats", "1", "--idle-gap", "0", "--read-timeout", "0.5",
+                           # the server's batch limits given: none assumed, so nothing but the
+                           # error is said
+                           "--max-num-seqs", "8", "--max-num-batched-tokens", "2048")
     assert code == 1 and stderr.startswith("error: calibration request failed"), stderr
     assert said in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()

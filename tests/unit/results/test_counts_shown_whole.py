@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kvbudget.analysis.validation import counts_whole, shown_value
+from kvbudget.analysis.validation import counts_whole, shown_value, table_cell
 from kvbudget.cli.main import app
 
 
@@ -72,3 +72,11 @@ def test_only_whole_counts_are_shown_as_ints() -> None:
     assert math.isnan(shown_value("completed", math.nan))
     assert shown_value("output_tokens_per_s", 500.0) == 500.0
     assert isinstance(shown_value("output_tokens_per_s", 500.0), float)
+
+
+def test_a_side_with_no_figure_shows_a_dash_in_the_terminals_table() -> None:
+    """validate --url against the CPU vLLM on a loaded machine, every answer read at once: the
+    measured TTFT, TPOT and ITL rows printed 'nan' beside a relative error of '-'."""
+    assert table_cell("ttft_p50_s", math.nan) == "-"
+    assert table_cell("completed", np.float64(math.nan)) == "-"
+    assert table_cell("completed", 150.0) == 150 and table_cell("ttft_p50_s", 0.25) == 0.25
