@@ -49,7 +49,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvbudget.perf.cost_model import CostModel, model_from_config_block, read_cost_file
+from kvbudget.perf.cost_model import (
+    CostFile,
+    CostModel,
+    model_from_config_block,
+    read_cost_file,
+)
 from kvbudget.perf.hardware import GPUS, GPUSpec
 from kvbudget.perf.models import ModelSpec, is_preset, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
@@ -84,11 +89,13 @@ class FitTarget:
 class CheckedCostModel:
     """A loaded cost model checked against its use: ``model`` (``None``: nothing carried, the
     default step model applies), its ``frontend_overhead_s`` (``None``: the default front
-    end), and ``notes`` to print (one line each)."""
+    end), ``notes`` to print (one line each), and ``warnings``: what its calibration warned
+    of, said again wherever it is used (one line)."""
 
     model: CostModel | None
     frontend_overhead_s: float | None
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def _shapes(model: ModelSpec) -> str:
@@ -205,7 +212,41 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     reset to its defaults, and a note says which); with a note when the file does not say what
     it was fitted on (it cannot be checked)."""
     read = read_cost_file(path)  # validates the file, with messages naming the field
-    loaded, overhead, payload = read.model, read.frontend_overhead_s, read.payload
+    checked = _load_checked(read, target, transfer)
+    return replace(checked, warnings=warned_said(path, read.warned))
+
+
+def warned_said(path: Path, warned: tuple[str, ...]) -> tuple[str, ...]:
+    """One line saying what ``path``'s calibration warned of (its ``calibration.warnings``:
+    values at a bound of their search or outside their published ranges, which stand for
+    something the step model lacks), for every command that uses it; none for a file without."""
+    if not warned:
+        return ()
+    return (f"{path}: its calibration warned: {'; '.join(_head(w) for w in warned)} (the "
+            "file's calibration.warnings say why); used as fitted: such a value stands for "
+            "something the step model lacks, not for the constant",)
+
+
+def _head(line: str) -> str:
+    """A calibration warning's first clause, its parentheses left out (the value and what it
+    passed: ``layer_overhead_s = 0.000198 is outside its published range 3.16e-05 ..
+    5.04e-05``; the sources and reasons stay in the file)."""
+    out, depth = [], 0
+    for i, ch in enumerate(line):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            if line.startswith(": ", i):
+                break
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def _load_checked(read: CostFile, target: FitTarget, transfer: bool) -> CheckedCostModel:
+    path, loaded, overhead, payload = read.path, read.model, read.frontend_overhead_s, \
+        read.payload
     fitted = read_fitted_on(path, payload)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
@@ -304,10 +345,23 @@ _PRINTED: set[str] = set()
 to check it, once per run), and each note is said once."""
 
 
+def quiet_notes() -> None:
+    """No notes printed by this process from now on: a study's worker builds the configuration
+    of a run whose grid point the command already built, and said, before its first run
+    (``sweep.plan_runs``), so its lines would repeat once per worker."""
+    _QUIET.append(True)
+
+
+_QUIET: list[bool] = []
+
+
 def print_notes(checked: CheckedCostModel) -> None:
-    """The notes of ``checked`` on stderr, one line each, each once per process (what was
-    assumed is said)."""
-    for note in checked.notes:
-        if note not in _PRINTED:
-            _PRINTED.add(note)
-            print(f"note: {note}", file=sys.stderr)
+    """The notes (and warnings) of ``checked`` on stderr, one line each, each once per process
+    (what was assumed is said); none in a study's worker (:func:`quiet_notes`)."""
+    if _QUIET:
+        return
+    for kind, lines in (("warning", checked.warnings), ("note", checked.notes)):
+        for line in lines:
+            if line not in _PRINTED:
+                _PRINTED.add(line)
+                print(f"{kind}: {line}", file=sys.stderr)

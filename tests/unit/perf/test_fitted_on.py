@@ -160,6 +160,33 @@ def test_the_scenario_field_asks_for_the_transfer(tmp_path: Path) -> None:
     assert scn.sim_config().frontend_overhead_s == 0.004
 
 
+def test_a_files_calibration_warnings_are_read_and_a_damaged_list_named(records: Path,
+                                                                        tmp_path: Path) -> None:
+    """``calibration.warnings`` (validated at the boundary): a file without them (from before,
+    or from profile) says nothing more; one with them says them in one line; a damaged list is
+    one line naming the field, exit 2."""
+    plain = fitted_file(tmp_path / "plain.json")
+    res = simulate(records, "--cost-model", str(plain))
+    assert res.exit_code == 0 and "warned" not in res.stderr, res.output
+    payload = json.loads(plain.read_text())
+    for name, warnings in (("said.json", ["layer_overhead_s = 0.000198 is outside its "
+                                          "published range 3.16e-05 .. 5.04e-05 (a source: "
+                                          "x): not a physical value of that constant"]),
+                           ("bad.json", "a line"), ("bad2.json", [1])):
+        path = tmp_path / name
+        path.write_text(json.dumps({**payload, "calibration": {"warnings": warnings}}))
+        res = simulate(records, "--cost-model", str(path))
+        if name == "said.json":
+            assert res.exit_code == 0, res.output
+            assert (f"warning: {path}: its calibration warned: layer_overhead_s = 0.000198 is "
+                    "outside its published range 3.16e-05 .. 5.04e-05 (the file's") \
+                in res.stderr, res.stderr
+        else:
+            assert res.exit_code == 2, res.output
+            assert f"{path}: field 'calibration.warnings' must be a list of strings" \
+                in res.output
+
+
 def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:
     path = fitted_file(tmp_path / "cost.json")
     payload = json.loads(path.read_text())
