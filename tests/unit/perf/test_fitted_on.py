@@ -187,6 +187,37 @@ def test_a_files_calibration_warnings_are_read_and_a_damaged_list_named(records:
                 in res.output
 
 
+def test_plan_and_tune_check_every_grid_points_target_before_the_first_run(
+        tmp_path: Path) -> None:
+    """A plan over two GPUs with a file fitted on one refused at the first run of the other,
+    after "at most N runs": it is now refused before anything runs, naming the grid point;
+    with the transfer the note of what carries says so up front. Tune's parallelism alike."""
+    path = fitted_file(tmp_path / "h100.json")
+    small = ["--set", "workload.num_requests=10", "--replications", "2", "-j", "1"]
+    res = CliRunner().invoke(app, ["plan", "--gpus", "A100-80GB,H100-80GB", "--cost-model",
+                                   str(path), "--replicas", "1", *small,
+                                   "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2, res.output
+    assert "at most" not in res.output and not (tmp_path / "p" / "parts").exists()
+    assert res.stderr.splitlines()[-1].startswith(
+        f"error: plan --gpus A100-80GB: {path}: fitted on H100-SXM / Llama-3.1-8B TP1 EP1, "
+        "not A100-80GB"), res.stderr
+    res = CliRunner().invoke(app, ["plan", "--gpus", "A100-80GB,H100-80GB", "--cost-model",
+                                   str(path), "--cost-model-transfer", "--replicas", "1",
+                                   *small, "--out", str(tmp_path / "q")])
+    assert res.exit_code == 0, res.output
+    note = res.stderr.index(f"note: {path}: fitted on H100-SXM / Llama-3.1-8B TP1 EP1, used "
+                            "for A100-80GB")
+    assert note < res.stderr.index("at most"), res.stderr
+    res = CliRunner().invoke(app, ["tune", "--cost-model", str(path), "--param",
+                                   "engine.tensor_parallel_size=1:2:int", *small,
+                                   "--out", str(tmp_path / "t")])
+    assert res.exit_code == 2, res.output
+    assert not (tmp_path / "t" / "parts").exists()
+    assert res.stderr.splitlines()[-1].startswith(
+        "error: tune --param engine.tensor_parallel_size=2: "), res.stderr
+
+
 def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:
     path = fitted_file(tmp_path / "cost.json")
     payload = json.loads(path.read_text())
