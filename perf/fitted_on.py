@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kvbudget.perf.command_flags import in_command, takes
 from kvbudget.perf.cost_model import (
     CostFile,
     CostModel,
@@ -192,15 +193,49 @@ def _own_flags(fitted: FitTarget, payload: dict[str, Any]) -> str:
     model = fitted.model.name if is_preset(fitted.model.name) else config_path
     if fitted.gpu.name not in GPUS or not isinstance(model, str):
         return ""
-    flags = [f"--gpu {fitted.gpu.name}", f"--model {model}"]
+    if not in_command():  # a notebook: every command's flags
+        flags = [f"--gpu {fitted.gpu.name}", f"--model {model}"]
+        if fitted.tensor_parallel_size > 1:
+            flags.append(f"--tensor-parallel-size {fitted.tensor_parallel_size}")
+        if fitted.expert_parallel_size > 1:
+            flags.append("--enable-expert-parallel")
+        if fitted.kv_cache_dtype != "auto":
+            flags.append(f"--kv-cache-dtype {fitted.kv_cache_dtype}")
+        return (f"to use it as it was fitted, simulate its own deployment: {' '.join(flags)} "
+                f"(plan: --gpus {fitted.gpu.name}); ")
+    wanted: list[tuple[str, str, str | None]] = [
+        ("--gpus" if takes("--gpus") else "--gpu", fitted.gpu.name, None), ("--model", model, None)]
     if fitted.tensor_parallel_size > 1:
-        flags.append(f"--tensor-parallel-size {fitted.tensor_parallel_size}")
+        wanted.append(("--tensor-parallel-size", str(fitted.tensor_parallel_size),
+                       f"engine.tensor_parallel_size={fitted.tensor_parallel_size}"))
     if fitted.expert_parallel_size > 1:
-        flags.append("--enable-expert-parallel")
+        wanted.append(("--enable-expert-parallel", "", "engine.enable_expert_parallel=true"))
     if fitted.kv_cache_dtype != "auto":
-        flags.append(f"--kv-cache-dtype {fitted.kv_cache_dtype}")
-    return (f"to use it as it was fitted, simulate its own deployment: {' '.join(flags)} "
-            f"(plan: --gpus {fitted.gpu.name}); ")
+        wanted.append(("--kv-cache-dtype", fitted.kv_cache_dtype,
+                       f"engine.kv_cache_dtype={fitted.kv_cache_dtype}"))
+    said = []
+    for flag, value, setting in wanted:
+        if takes(flag):
+            said.append(f"{flag} {value}".strip())
+        elif setting is not None and takes("--set"):
+            said.append(f"--set {setting}")
+        else:  # the command cannot name it
+            return ""
+    return f"to use it as it was fitted, give its own deployment: {' '.join(said)}; "
+
+
+def _transfer_said() -> str:
+    """How the running command asks for the transfer: only what it takes (``validate
+    --records`` takes ``--set`` and ``--scenario``, not ``--cost-model-transfer``)."""
+    ways = [way for flag, way in (("--cost-model-transfer", "--cost-model-transfer"),
+                                  ("--set", "--set cost_model_transfer=true"),
+                                  ("--scenario", "a scenario's cost_model_transfer = true"))
+            if takes(flag)]
+    if not ways:
+        return "the command cannot carry it over (simulate --cost-model-transfer can)"
+    head, rest = ways[0], ways[1:]
+    return (head + (f" (or {'; '.join(rest)})" if rest else "")
+            + " carries over only the parameters that transfer")
 
 
 def load_checked_cost_model(path: Path, target: FitTarget, *,
@@ -259,9 +294,7 @@ def _load_checked(read: CostFile, target: FitTarget, transfer: bool) -> CheckedC
     if not transfer:
         raise ValueError(f"{path}: fitted on {fitted.label(not same_kv)}, not "
                          f"{target.label(not same_kv)}; {_own_flags(fitted, payload)}"
-                         "--cost-model-transfer (or --set cost_model_transfer=true; a "
-                         "scenario's cost_model_transfer = true) carries over only the "
-                         "parameters that transfer")
+                         f"{_transfer_said()}")
     names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}

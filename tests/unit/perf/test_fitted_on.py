@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 from kvbudget.cli.main import app
@@ -216,6 +217,48 @@ def test_plan_and_tune_check_every_grid_points_target_before_the_first_run(
     assert not (tmp_path / "t" / "parts").exists()
     assert res.stderr.splitlines()[-1].startswith(
         "error: tune --param engine.tensor_parallel_size=2: "), res.stderr
+
+
+def _flags_of(command: str) -> set[str]:
+    commands: dict[str, Any] = getattr(typer.main.get_command(app), "commands")  # noqa: B009
+    return {opt for param in commands[command].params for opt in param.opts}
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate", "simulate", "plan"])
+def test_a_mismatched_file_is_refused_naming_only_the_commands_own_flags(
+        records: Path, tmp_path: Path, command: str) -> None:
+    """validate --records and calibrate --records reused the refusal that names
+    --cost-model-transfer and plan's --gpus, which neither takes: every flag a refusal names is
+    the refusing command's, and the transfer it names works there."""
+    a100 = FitTarget(get_gpu("A100-80GB"), get_model("Llama-3.1-8B"), tensor_parallel_size=2)
+    cost = fitted_file(tmp_path / "a100.json", a100)
+    target = ["--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]
+    args = {"validate": ["validate", "--records", str(records), *ENGINE, *target,
+                         "--out", str(tmp_path / "v")],
+            "calibrate": ["calibrate", "--records", str(records), *ENGINE, *target,
+                          "--max-evals", "2", "--allow-small-fit",
+                          "--out", str(tmp_path / "c.json")],
+            "simulate": ["simulate", "--trace", str(records), *ENGINE],
+            "plan": ["plan", "--trace", str(records), "--gpus", "H100-80GB", "--replicas", "1",
+                     "-r", "2", "-j", "1", "--out", str(tmp_path / "p")]}[command]
+    res = CliRunner().invoke(app, [*args, "--cost-model", str(cost)])
+    assert res.exit_code == 2, res.output
+    line = res.stderr.strip().splitlines()[-1]
+    assert f"{cost}: fitted on A100-80GB / Llama-3.1-8B TP2 EP1" in line, line
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line))
+    assert named and named <= _flags_of(command), (named - _flags_of(command), line)
+    gpu = "--gpus" if command == "plan" else "--gpu"
+    assert (f"give its own deployment: {gpu} A100-80GB --model Llama-3.1-8B "
+            "--tensor-parallel-size 2; ") in line, line
+    taken = "--cost-model-transfer" in _flags_of(command)
+    assert (("--cost-model-transfer (or --set cost_model_transfer=true; " if taken else
+             "--set cost_model_transfer=true (or a scenario's") in line), line
+    if not taken:  # what it names works there
+        res = CliRunner().invoke(app, [*args, "--cost-model", str(cost), "--set",
+                                       "cost_model_transfer=true"])
+        assert res.exit_code == 0, res.output
+        assert f"note: {cost}: fitted on A100-80GB / Llama-3.1-8B TP2 EP1, used for" \
+            in res.stderr
 
 
 def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:
