@@ -24,6 +24,7 @@ import numpy as np
 
 from kvbudget.analysis import plots
 from kvbudget.analysis import tables as analysis
+from kvbudget.perf.hardware import gpu_label
 from kvbudget.results.recording import read_replay_meta
 from kvbudget.results.run_result import RunResult, read_run
 from kvbudget.workloads.errors import TraceError
@@ -130,6 +131,24 @@ def served_model(run_dir: Path) -> str:
     return f"served: {names.pop()}" if len(names) == 1 and "" not in names else "–"
 
 
+def gpu_shown(summary: Mapping[str, Any]) -> str:
+    """A run's GPU as simulate and validate name it (:func:`~kvbudget.perf.hardware.gpu_label`:
+    ``H100-SXM`` for ``H100-80GB``, the ``name`` a GPU file gives): the name the run resolved
+    (its cost model's ``gpu``), else the given one's label, else the name as given (a GPU file
+    no longer there, a replay's server); ``–`` where the run names none."""
+    cost = summary.get("cost_model")
+    resolved = cost.get("gpu") if isinstance(cost, dict) else None
+    if isinstance(resolved, str) and resolved:
+        return resolved
+    given = summary.get("gpu")
+    if not isinstance(given, str) or not given:
+        return "–"
+    try:
+        return gpu_label(given)
+    except (ValueError, OSError):
+        return given
+
+
 def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
     rows = []
     for (label, run), d in zip(runs.items(), dirs, strict=True):
@@ -141,7 +160,7 @@ def _runs_table(runs: Mapping[str, RunResult], dirs: Sequence[Path]) -> str:
                 str(d),
                 str(s.get("policy", "")),
                 _params(s.get("policy_params")),
-                str(s.get("gpu", "–")),
+                gpu_shown(s),
                 str(s.get("model") or served_model(d)),
                 str(workload.get("name", "–")) if workload else "–",
                 _fmt(len(run.records)),

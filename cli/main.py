@@ -61,6 +61,7 @@ import typer  # noqa: E402
 
 import kvbudget  # noqa: E402
 from kvbudget.cli.help_text import PANELS, SUMMARIES, epilog  # noqa: E402
+from kvbudget.perf.command_flags import set_taken  # noqa: E402
 
 
 def _finite_and_present(ctx: object, param: object, value: object) -> object:
@@ -202,12 +203,17 @@ def _version(given: bool) -> None:
 
 
 @app.callback()
-def _group(_: Annotated[bool, typer.Option(
+def _group(ctx: typer.Context, _: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_version,
         help="Print the installed kvbudget's version and exit.")] = False) -> None:
     # A group even when one command module with one command is registered (typer would
-    # otherwise run that command without its name).
-    pass
+    # otherwise run that command without its name). The command's flags are recorded for the
+    # library's messages that name a flag (a cost file's mismatch: only flags it takes).
+    get_command = getattr(ctx.command, "get_command", None)
+    name = ctx.invoked_subcommand
+    command = get_command(ctx, name) if get_command is not None and name else None
+    set_taken(None if command is None else frozenset(
+        opt for param in command.params for opt in param.opts))
 
 
 def _modules_for(argv: Sequence[str]) -> tuple[str, ...]:

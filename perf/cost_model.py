@@ -258,19 +258,41 @@ def save_cost_model(
 class CostFile:
     """A cost-model file read once: its step-time ``model``, its ``frontend_overhead_s`` and
     the whole ``payload`` (its ``fitted_on`` and ``calibration`` blocks, which their readers
-    take from it)."""
+    take from it); ``warned``: the lines its calibration warned of (``calibration.warnings``:
+    a fitted value at a bound of its search or outside its published range), which every
+    command that loads it says again."""
 
     path: Path
     model: CostModel
     frontend_overhead_s: float
     payload: dict[str, Any]
+    warned: tuple[str, ...] = ()
 
 
 def read_cost_file(path: Path) -> CostFile:
     """``path`` read and checked once (errors name the file and the field)."""
     payload = _read_payload(path)
     return CostFile(path, _model_from_payload(path, payload),
-                    _frontend_overhead(path, payload), payload)
+                    _frontend_overhead(path, payload), payload, fit_warnings(path, payload))
+
+
+def fit_warnings(path: Path, payload: dict[str, Any]) -> tuple[str, ...]:
+    """The ``calibration.warnings`` of a cost file, validated by pydantic (a list of lines; a
+    file without them, from ``calibrate --url``, ``profile`` or before, has none)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    section = payload.get("calibration")
+    if section is None:
+        return ()
+    if not isinstance(section, dict):
+        raise ValueError(f"{path}: field 'calibration' must be an object")
+    try:
+        lines = TypeAdapter(list[str]).validate_python(section.get("warnings", []),
+                                                       strict=True)
+    except ValidationError:
+        raise ValueError(f"{path}: field 'calibration.warnings' must be a list of "
+                         "strings") from None
+    return tuple(line for line in lines if line.strip())
 
 
 def read_frontend_overhead(path: Path) -> float:

@@ -49,7 +49,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvbudget.perf.cost_model import CostModel, model_from_config_block, read_cost_file
+from kvbudget.perf.command_flags import in_command, takes
+from kvbudget.perf.cost_model import (
+    CostFile,
+    CostModel,
+    model_from_config_block,
+    read_cost_file,
+)
 from kvbudget.perf.hardware import GPUS, GPUSpec
 from kvbudget.perf.models import ModelSpec, is_preset, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
@@ -84,11 +90,13 @@ class FitTarget:
 class CheckedCostModel:
     """A loaded cost model checked against its use: ``model`` (``None``: nothing carried, the
     default step model applies), its ``frontend_overhead_s`` (``None``: the default front
-    end), and ``notes`` to print (one line each)."""
+    end), ``notes`` to print (one line each), and ``warnings``: what its calibration warned
+    of, said again wherever it is used (one line)."""
 
     model: CostModel | None
     frontend_overhead_s: float | None
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def _shapes(model: ModelSpec) -> str:
@@ -185,15 +193,49 @@ def _own_flags(fitted: FitTarget, payload: dict[str, Any]) -> str:
     model = fitted.model.name if is_preset(fitted.model.name) else config_path
     if fitted.gpu.name not in GPUS or not isinstance(model, str):
         return ""
-    flags = [f"--gpu {fitted.gpu.name}", f"--model {model}"]
+    if not in_command():  # a notebook: every command's flags
+        flags = [f"--gpu {fitted.gpu.name}", f"--model {model}"]
+        if fitted.tensor_parallel_size > 1:
+            flags.append(f"--tensor-parallel-size {fitted.tensor_parallel_size}")
+        if fitted.expert_parallel_size > 1:
+            flags.append("--enable-expert-parallel")
+        if fitted.kv_cache_dtype != "auto":
+            flags.append(f"--kv-cache-dtype {fitted.kv_cache_dtype}")
+        return (f"to use it as it was fitted, simulate its own deployment: {' '.join(flags)} "
+                f"(plan: --gpus {fitted.gpu.name}); ")
+    wanted: list[tuple[str, str, str | None]] = [
+        ("--gpus" if takes("--gpus") else "--gpu", fitted.gpu.name, None), ("--model", model, None)]
     if fitted.tensor_parallel_size > 1:
-        flags.append(f"--tensor-parallel-size {fitted.tensor_parallel_size}")
+        wanted.append(("--tensor-parallel-size", str(fitted.tensor_parallel_size),
+                       f"engine.tensor_parallel_size={fitted.tensor_parallel_size}"))
     if fitted.expert_parallel_size > 1:
-        flags.append("--enable-expert-parallel")
+        wanted.append(("--enable-expert-parallel", "", "engine.enable_expert_parallel=true"))
     if fitted.kv_cache_dtype != "auto":
-        flags.append(f"--kv-cache-dtype {fitted.kv_cache_dtype}")
-    return (f"to use it as it was fitted, simulate its own deployment: {' '.join(flags)} "
-            f"(plan: --gpus {fitted.gpu.name}); ")
+        wanted.append(("--kv-cache-dtype", fitted.kv_cache_dtype,
+                       f"engine.kv_cache_dtype={fitted.kv_cache_dtype}"))
+    said = []
+    for flag, value, setting in wanted:
+        if takes(flag):
+            said.append(f"{flag} {value}".strip())
+        elif setting is not None and takes("--set"):
+            said.append(f"--set {setting}")
+        else:  # the command cannot name it
+            return ""
+    return f"to use it as it was fitted, give its own deployment: {' '.join(said)}; "
+
+
+def _transfer_said() -> str:
+    """How the running command asks for the transfer: only what it takes (``validate
+    --records`` takes ``--set`` and ``--scenario``, not ``--cost-model-transfer``)."""
+    ways = [way for flag, way in (("--cost-model-transfer", "--cost-model-transfer"),
+                                  ("--set", "--set cost_model_transfer=true"),
+                                  ("--scenario", "a scenario's cost_model_transfer = true"))
+            if takes(flag)]
+    if not ways:
+        return "the command cannot carry it over (simulate --cost-model-transfer can)"
+    head, rest = ways[0], ways[1:]
+    return (head + (f" (or {'; '.join(rest)})" if rest else "")
+            + " carries over only the parameters that transfer")
 
 
 def load_checked_cost_model(path: Path, target: FitTarget, *,
@@ -205,7 +247,41 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     reset to its defaults, and a note says which); with a note when the file does not say what
     it was fitted on (it cannot be checked)."""
     read = read_cost_file(path)  # validates the file, with messages naming the field
-    loaded, overhead, payload = read.model, read.frontend_overhead_s, read.payload
+    checked = _load_checked(read, target, transfer)
+    return replace(checked, warnings=warned_said(path, read.warned))
+
+
+def warned_said(path: Path, warned: tuple[str, ...]) -> tuple[str, ...]:
+    """One line saying what ``path``'s calibration warned of (its ``calibration.warnings``:
+    values at a bound of their search or outside their published ranges, which stand for
+    something the step model lacks), for every command that uses it; none for a file without."""
+    if not warned:
+        return ()
+    return (f"{path}: its calibration warned: {'; '.join(_head(w) for w in warned)} (the "
+            "file's calibration.warnings say why); used as fitted: such a value stands for "
+            "something the step model lacks, not for the constant",)
+
+
+def _head(line: str) -> str:
+    """A calibration warning's first clause, its parentheses left out (the value and what it
+    passed: ``layer_overhead_s = 0.000198 is outside its published range 3.16e-05 ..
+    5.04e-05``; the sources and reasons stay in the file)."""
+    out, depth = [], 0
+    for i, ch in enumerate(line):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            if line.startswith(": ", i):
+                break
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def _load_checked(read: CostFile, target: FitTarget, transfer: bool) -> CheckedCostModel:
+    path, loaded, overhead, payload = read.path, read.model, read.frontend_overhead_s, \
+        read.payload
     fitted = read_fitted_on(path, payload)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
@@ -218,9 +294,7 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     if not transfer:
         raise ValueError(f"{path}: fitted on {fitted.label(not same_kv)}, not "
                          f"{target.label(not same_kv)}; {_own_flags(fitted, payload)}"
-                         "--cost-model-transfer (or --set cost_model_transfer=true; a "
-                         "scenario's cost_model_transfer = true) carries over only the "
-                         "parameters that transfer")
+                         f"{_transfer_said()}")
     names = _transferable(path, payload) if same_gpu and same_parallel else []
     carried = {n: getattr(loaded, n) for n in names
                if n != "frontend_overhead_s" and isinstance(loaded, VllmStepModel)}
@@ -304,10 +378,23 @@ _PRINTED: set[str] = set()
 to check it, once per run), and each note is said once."""
 
 
+def quiet_notes() -> None:
+    """No notes printed by this process from now on: a study's worker builds the configuration
+    of a run whose grid point the command already built, and said, before its first run
+    (``sweep.plan_runs``), so its lines would repeat once per worker."""
+    _QUIET.append(True)
+
+
+_QUIET: list[bool] = []
+
+
 def print_notes(checked: CheckedCostModel) -> None:
-    """The notes of ``checked`` on stderr, one line each, each once per process (what was
-    assumed is said)."""
-    for note in checked.notes:
-        if note not in _PRINTED:
-            _PRINTED.add(note)
-            print(f"note: {note}", file=sys.stderr)
+    """The notes (and warnings) of ``checked`` on stderr, one line each, each once per process
+    (what was assumed is said); none in a study's worker (:func:`quiet_notes`)."""
+    if _QUIET:
+        return
+    for kind, lines in (("warning", checked.warnings), ("note", checked.notes)):
+        for line in lines:
+            if line not in _PRINTED:
+                _PRINTED.add(line)
+                print(f"{kind}: {line}", file=sys.stderr)

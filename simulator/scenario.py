@@ -838,6 +838,23 @@ def scenario_from_dict(
     return scenario
 
 
+def check_cost_model_at(scenario: Scenario, config: SimConfig, where: str) -> None:
+    """Check the scenario's cost-model file against ``config``'s GPU, model and parallelism (a
+    study's grid point that varies them: ``plan --gpus``, ``tune --param
+    engine.tensor_parallel_size``), before any run: the one-line refusal of
+    :func:`~kvbudget.perf.fitted_on.load_checked_cost_model` prefixed with ``where``, or, with
+    ``cost_model_transfer``, its note of what carries over said now."""
+    path = scenario.cost_model_path()
+    if path is None:
+        return
+    try:
+        checked = load_checked_cost_model(path, config.fit_target(),
+                                          transfer=scenario.spec.cost_model_transfer)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    print_notes(checked)
+
+
 def _check_scenario(scenario: Scenario, say_fitted: bool = True,
                     block_size_ran: int | None = None) -> None:
     """Fail early on bad names and values that only the library checks (``say_fitted``:

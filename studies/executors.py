@@ -27,6 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, Proce
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from kvbudget.perf.fitted_on import quiet_notes
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -92,8 +94,10 @@ Ctrl-C ignored (see its docstring)."""
 
 def _ignore_sigint() -> None:
     """A worker's initializer: Ctrl-C reaches the whole process group, but only the parent acts
-    on it (it ends the workers); a worker would print a ``KeyboardInterrupt`` traceback."""
+    on it (it ends the workers); a worker would print a ``KeyboardInterrupt`` traceback. Its
+    cost-file notes are the command's, said once before the first run (:func:`quiet_notes`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_notes()
 
 
 def _quiet_cancelled_futures(args: threading.ExceptHookArgs) -> None:

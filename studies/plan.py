@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.perf.hardware import get_gpu
-from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies import plan_disagg
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import WorldDraws, check_level
@@ -496,6 +496,10 @@ def _candidates(spec: PlanSpec, notes: list[str]) -> list[Candidate]:
             if why is not None:
                 notes.append(f"{gpu} x TP{tp}: {why}; skipped")
                 continue
+            base = spec.scenario.sim_config()  # the cost file checked before any run
+            check_cost_model_at(spec.scenario, replace(
+                base, gpu=gpu, engine=replace(base.engine, tensor_parallel_size=tp)),
+                f"plan --gpus {gpu}" + (f" at TP{tp}" if len(spec.tensor_parallel) > 1 else ""))
             for p in points:
                 params = {k: v for k, v in p.values if k.startswith("policy_params.")
                           and v is not None}

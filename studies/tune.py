@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,7 +40,7 @@ import numpy as np
 import tomli_w
 
 from kvbudget.results.said import figure
-from kvbudget.simulator.scenario import scenario_from_dict
+from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.setting import study_repr, study_setting
 from kvbudget.studies.sweep import (
@@ -605,6 +605,20 @@ def _f(x: Any) -> float:
     return v
 
 
+def _check_cost_model(spec: TuneSpec) -> None:
+    """The scenario's cost file checked against every tensor parallel size a ``--param
+    engine.tensor_parallel_size=LOW:HIGH:int`` may reach (the refinement's too), before any
+    run (the GPU and the model are no numeric parameter)."""
+    base = spec.scenario.sim_config()
+    for p in spec.params:
+        if p.key != "engine.tensor_parallel_size" or not p.integer:
+            continue
+        for tp in range(max(math.ceil(p.low), 1), math.floor(p.high) + 1):
+            check_cost_model_at(spec.scenario, replace(
+                base, engine=replace(base.engine, tensor_parallel_size=tp)),
+                f"tune --param {p.key}={tp}")
+
+
 def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None = None, *,
          resume: bool = False, progress: Callable[[int], None] | None = None,
          setting: Sequence[str] | None = None) -> TuneResult:
@@ -617,6 +631,7 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
     executor = in_process(executor)
     from scipy import optimize
 
+    _check_cost_model(spec)
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")
     ev = _Evaluator(spec, executor, progress, stored)
     params = spec.params

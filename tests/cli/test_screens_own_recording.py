@@ -187,8 +187,9 @@ def test_a_cost_file_fitted_on_another_gpu_names_the_flags_of_its_own(tmp_path: 
     assert code == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
-    assert ("to use it as it was fitted, simulate its own deployment: --gpu A100-80GB --model "
-            "Qwen2.5-7B --tensor-parallel-size 2 (plan: --gpus A100-80GB)") in lines[0]
+    assert ("to use it as it was fitted, give its own deployment: --gpu A100-80GB --model "
+            "Qwen2.5-7B --tensor-parallel-size 2; --cost-model-transfer") in lines[0]
+    assert "plan:" not in lines[0]  # simulate's own flags only
     code, _, stderr = run("simulate", "--trace", trace, "--cost-model", cost, "--gpu",
                           "A100-80GB", "--model", "Qwen2.5-7B", "--tensor-parallel-size", "2")
     assert code == 0, stderr

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from kvbudget.analysis.report import REPORT_FILE, build_report, run_labels
+from kvbudget.analysis.report import REPORT_FILE, build_report, gpu_shown, run_labels
 from kvbudget.cli.main import app
 from kvbudget.results.run_result import RunResult, read_run
 
@@ -291,3 +291,22 @@ def test_a_live_runs_model_is_the_one_its_server_said(two_runs: list[Path],
     assert result.exit_code == 0, result.output
     runs = (out / REPORT_FILE).read_text().split("</table>")[0]
     assert "<td>served: meta-llama/Llama-3.1-8B-Instruct</td>" in runs
+
+
+def test_the_runs_table_names_the_gpu_as_simulate_does(two_runs: list[Path],
+                                                        tmp_path: Path) -> None:
+    """The Runs table printed the GPU as given (``H100-80GB``) where simulate's and validate's
+    settings line says ``H100-SXM`` (:func:`~kvbudget.perf.hardware.gpu_label`): one label."""
+    summary = json.loads((two_runs[0] / "summary.json").read_text())
+    assert summary["gpu"] == "H100-80GB"  # the default scenario's, as given
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", str(two_runs[0]), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    runs = (out / REPORT_FILE).read_text().split("</table>")[0]
+    assert "<td>H100-SXM</td>" in runs and "H100-80GB" not in runs
+    # hand-made: no cost model block (a replay), a GPU file gone, none named
+    assert gpu_shown({"gpu": "H100-80GB"}) == "H100-SXM"
+    assert gpu_shown({"gpu": "A100-80GB", "cost_model": {"gpu": "A100-80GB"}}) == "A100-80GB"
+    gone = str(tmp_path / "mine.json")
+    assert gpu_shown({"gpu": gone}) == gone
+    assert gpu_shown({}) == "–" and gpu_shown({"gpu": None}) == "–"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 from kvbudget.cli.main import app
@@ -158,6 +159,106 @@ def test_the_scenario_field_asks_for_the_transfer(tmp_path: Path) -> None:
     assert isinstance(cost, VllmStepModel) and cost.model.name == "Qwen3-8B"
     assert cost.mem_efficiency == 0.6
     assert scn.sim_config().frontend_overhead_s == 0.004
+
+
+def test_a_files_calibration_warnings_are_read_and_a_damaged_list_named(records: Path,
+                                                                        tmp_path: Path) -> None:
+    """``calibration.warnings`` (validated at the boundary): a file without them (from before,
+    or from profile) says nothing more; one with them says them in one line; a damaged list is
+    one line naming the field, exit 2."""
+    plain = fitted_file(tmp_path / "plain.json")
+    res = simulate(records, "--cost-model", str(plain))
+    assert res.exit_code == 0 and "warned" not in res.stderr, res.output
+    payload = json.loads(plain.read_text())
+    for name, warnings in (("said.json", ["layer_overhead_s = 0.000198 is outside its "
+                                          "published range 3.16e-05 .. 5.04e-05 (a source: "
+                                          "x): not a physical value of that constant"]),
+                           ("bad.json", "a line"), ("bad2.json", [1])):
+        path = tmp_path / name
+        path.write_text(json.dumps({**payload, "calibration": {"warnings": warnings}}))
+        res = simulate(records, "--cost-model", str(path))
+        if name == "said.json":
+            assert res.exit_code == 0, res.output
+            assert (f"warning: {path}: its calibration warned: layer_overhead_s = 0.000198 is "
+                    "outside its published range 3.16e-05 .. 5.04e-05 (the file's") \
+                in res.stderr, res.stderr
+        else:
+            assert res.exit_code == 2, res.output
+            assert f"{path}: field 'calibration.warnings' must be a list of strings" \
+                in res.output
+
+
+def test_plan_and_tune_check_every_grid_points_target_before_the_first_run(
+        tmp_path: Path) -> None:
+    """A plan over two GPUs with a file fitted on one refused at the first run of the other,
+    after "at most N runs": it is now refused before anything runs, naming the grid point;
+    with the transfer the note of what carries says so up front. Tune's parallelism alike."""
+    path = fitted_file(tmp_path / "h100.json")
+    small = ["--set", "workload.num_requests=10", "--replications", "2", "-j", "1"]
+    res = CliRunner().invoke(app, ["plan", "--gpus", "A100-80GB,H100-80GB", "--cost-model",
+                                   str(path), "--replicas", "1", *small,
+                                   "--out", str(tmp_path / "p")])
+    assert res.exit_code == 2, res.output
+    assert "at most" not in res.output and not (tmp_path / "p" / "parts").exists()
+    assert res.stderr.splitlines()[-1].startswith(
+        f"error: plan --gpus A100-80GB: {path}: fitted on H100-SXM / Llama-3.1-8B TP1 EP1, "
+        "not A100-80GB"), res.stderr
+    res = CliRunner().invoke(app, ["plan", "--gpus", "A100-80GB,H100-80GB", "--cost-model",
+                                   str(path), "--cost-model-transfer", "--replicas", "1",
+                                   *small, "--out", str(tmp_path / "q")])
+    assert res.exit_code == 0, res.output
+    note = res.stderr.index(f"note: {path}: fitted on H100-SXM / Llama-3.1-8B TP1 EP1, used "
+                            "for A100-80GB")
+    assert note < res.stderr.index("at most"), res.stderr
+    res = CliRunner().invoke(app, ["tune", "--cost-model", str(path), "--param",
+                                   "engine.tensor_parallel_size=1:2:int", *small,
+                                   "--out", str(tmp_path / "t")])
+    assert res.exit_code == 2, res.output
+    assert not (tmp_path / "t" / "parts").exists()
+    assert res.stderr.splitlines()[-1].startswith(
+        "error: tune --param engine.tensor_parallel_size=2: "), res.stderr
+
+
+def _flags_of(command: str) -> set[str]:
+    commands: dict[str, Any] = getattr(typer.main.get_command(app), "commands")  # noqa: B009
+    return {opt for param in commands[command].params for opt in param.opts}
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate", "simulate", "plan"])
+def test_a_mismatched_file_is_refused_naming_only_the_commands_own_flags(
+        records: Path, tmp_path: Path, command: str) -> None:
+    """validate --records and calibrate --records reused the refusal that names
+    --cost-model-transfer and plan's --gpus, which neither takes: every flag a refusal names is
+    the refusing command's, and the transfer it names works there."""
+    a100 = FitTarget(get_gpu("A100-80GB"), get_model("Llama-3.1-8B"), tensor_parallel_size=2)
+    cost = fitted_file(tmp_path / "a100.json", a100)
+    target = ["--gpu", "H100-80GB", "--model", "Llama-3.1-8B"]
+    args = {"validate": ["validate", "--records", str(records), *ENGINE, *target,
+                         "--out", str(tmp_path / "v")],
+            "calibrate": ["calibrate", "--records", str(records), *ENGINE, *target,
+                          "--max-evals", "2", "--allow-small-fit",
+                          "--out", str(tmp_path / "c.json")],
+            "simulate": ["simulate", "--trace", str(records), *ENGINE],
+            "plan": ["plan", "--trace", str(records), "--gpus", "H100-80GB", "--replicas", "1",
+                     "-r", "2", "-j", "1", "--out", str(tmp_path / "p")]}[command]
+    res = CliRunner().invoke(app, [*args, "--cost-model", str(cost)])
+    assert res.exit_code == 2, res.output
+    line = res.stderr.strip().splitlines()[-1]
+    assert f"{cost}: fitted on A100-80GB / Llama-3.1-8B TP2 EP1" in line, line
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", line))
+    assert named and named <= _flags_of(command), (named - _flags_of(command), line)
+    gpu = "--gpus" if command == "plan" else "--gpu"
+    assert (f"give its own deployment: {gpu} A100-80GB --model Llama-3.1-8B "
+            "--tensor-parallel-size 2; ") in line, line
+    taken = "--cost-model-transfer" in _flags_of(command)
+    assert (("--cost-model-transfer (or --set cost_model_transfer=true; " if taken else
+             "--set cost_model_transfer=true (or a scenario's") in line), line
+    if not taken:  # what it names works there
+        res = CliRunner().invoke(app, [*args, "--cost-model", str(cost), "--set",
+                                       "cost_model_transfer=true"])
+        assert res.exit_code == 0, res.output
+        assert f"note: {cost}: fitted on A100-80GB / Llama-3.1-8B TP2 EP1, used for" \
+            in res.stderr
 
 
 def test_a_damaged_fitted_on_block_names_the_field(tmp_path: Path) -> None:

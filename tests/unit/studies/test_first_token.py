@@ -13,6 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +232,53 @@ def test_calibrate_says_a_fit_at_a_bound_loudly_and_writes_it(tmp_path: Path) ->
     assert blocks[0] in res.stdout.splitlines()
     for line in blocks[1].splitlines():
         assert any(out.startswith(line.split("(...)")[0]) for out in res.stderr.splitlines()), line
+
+
+def test_every_command_that_uses_a_file_that_warned_says_so_once(tmp_path: Path) -> None:
+    """The file of a fit that warned (a server twice as slow as the preset: values at their
+    bounds and outside their published ranges) keeps the warnings; simulate, validate and plan
+    (two workers) with it each say them in one line naming the file and the values, once."""
+    path = synthetic(tmp_path / "slow.csv", 8.0, n=80, slow=2.0)
+    out = tmp_path / "cost.json"
+    engine = ["--max-num-seqs", "64", "--max-num-batched-tokens", "2048"]
+    target = ["--gpu", "H100-SXM", "--model", "Llama-3.1-8B"]
+    res = CliRunner().invoke(app, ["calibrate", "--records", str(path), *target, *engine,
+                                   "--fit", "default", "--max-evals", "30", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    warned = json.loads(out.read_text())["calibration"]["warnings"]
+    assert any(w.startswith("frontend_overhead_s") for w in warned), warned
+    # a copy each (a line is said once per process, and these run in this one)
+    used = {name: tmp_path / f"{name}.json" for name in ("simulate", "validate", "plan")}
+    for copy in used.values():
+        copy.write_text(out.read_text())
+    runs = {
+        "simulate": ["simulate", *target, "--cost-model", str(used["simulate"]),
+                     "--set", "workload.num_requests=20"],
+        "validate": ["validate", "--records", str(path), *target, *engine, "--cost-model",
+                     str(used["validate"]), "--out", str(tmp_path / "v")],
+        "plan": ["plan", "--gpus", "H100-SXM", "--model", "Llama-3.1-8B", "--cost-model",
+                 str(used["plan"]), "--replicas", "1,2", "--replications", "2", "-j", "2",
+                 "--set", "workload.num_requests=20", "--out", str(tmp_path / "p")],
+    }
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    for name, args in runs.items():
+        if name == "plan":  # its own process: the workers' stderr is its (not CliRunner's)
+            done = subprocess.run([sys.executable, "-m", "kvbudget", *args], env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            stderr = done.stderr
+        else:
+            res = CliRunner().invoke(app, args)
+            assert res.exit_code == 0, (name, res.output)
+            stderr = res.stderr
+        said = [ln for ln in stderr.splitlines() if "its calibration warned" in ln]
+        assert len(said) == 1, (name, said)
+        assert said[0].startswith(f"warning: {used[name]}: its calibration warned: "), said
+        for w in warned:  # each warning's value, as the file has it
+            head = w.split(" (")[0].split(": ")[0]
+            assert head in said[0], (name, head)
 
 
 def test_a_calibration_on_an_h20_takes_its_own_attention_figure_as_physical() -> None:
