@@ -150,18 +150,8 @@ def compare_cmd(
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
             setting = say_workload(scn, defaults=defaults_said(setup))
-            bar = Bar("compare", len(names) * replications, "run", lines_from=1)
-            try:
-                with make_executor(executor, jobs=jobs, address=address) as ex:
-                    result = compare(scn, names, replications=replications, root_seed=seed,
-                                     metrics=metric, confidence=confidence, executor=ex,
-                                     progress=bar.update, setting=setting)
-            finally:
-                bar.close()
-            if out is not None:
-                out.mkdir(parents=True, exist_ok=True)
-                result.runs.to_parquet(out / "runs.parquet", index=False)
-                result.table.to_csv(out / "compare.csv", index=False)
+            result = _replicated(scn, names, replications, seed, metric, confidence, setting,
+                                 (executor, jobs, address), out)
     if as_json:
         if replications == 1:
             say_assumed(defaults)  # on stderr, beside the JSON
@@ -181,6 +171,27 @@ def compare_cmd(
         typer.echo(render_comparison(result, wide=wide))
         if out is not None:
             typer.echo(f"wrote {out}/runs.parquet, compare.csv")
+
+
+def _replicated(scn: "Scenario", names: list[str], replications: int, seed: int | None,
+                metric: list[str] | None, confidence: float, setting: tuple[str, ...],
+                where: tuple[str, int | None, str | None], out: Path | None) -> Comparison:
+    """``compare -r N`` above 1: the replicated runs with a progress bar (``where``: the
+    executor, its jobs and its address), their table written into ``out``."""
+    executor, jobs, address = where
+    bar = Bar("compare", len(names) * replications, "run", lines_from=1)
+    try:
+        with make_executor(executor, jobs=jobs, address=address) as ex:
+            result = compare(scn, names, replications=replications, root_seed=seed,
+                             metrics=metric, confidence=confidence, executor=ex,
+                             progress=bar.update, setting=setting)
+    finally:
+        bar.close()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        result.runs.to_parquet(out / "runs.parquet", index=False)
+        result.table.to_csv(out / "compare.csv", index=False)
+    return result
 
 
 def register(app: typer.Typer) -> None:

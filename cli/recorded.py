@@ -317,16 +317,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     if server_timed:  # the spans time the server itself: no API server in front to add
         config = replace(config, frontend="none")
     config, tiers_said = _recorded_gateway(recording, config)
-    if policy is not None:
-        policy_from_flags(policy, params)  # a bad name or parameter fails here
-    elif params:
-        raise CliError("--param needs --policy")
-    name, values = recorded_policy(recording, policy, _param_values(params))
-    if policy is None and scenario is not None and name != scn.spec.policy:
-        theirs = scn.spec.policy
-        typer.echo(fill(f"note: the --scenario's policy {theirs!r} is not simulated: the "
-                        f"recorded requests went to the server as the recording shows (policy "
-                        f"{name}); --policy {theirs} puts that gateway in front of it"), err=True)
+    name, values = _policy_of(recording, policy, params,
+                              scn.spec.policy if scenario is not None else None)
     shown = recorded + [i for i in choice.items if not i.startswith("engine.name=")]
     assumed = "" if scenario is not None or recording.format == "run" else engine_assumed_said(
         cfg, given, overrides or [], config.engine_for().name)
@@ -346,6 +338,24 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     _warn_sliding(recording, config)
     return RecordedSetup(_for_engine(recording, config), config, name, values, seed,
                          policy_given=policy is not None, settings_said=said)
+
+
+def _policy_of(recording: "Recording", policy: str | None, params: list[str] | None,
+               scenario_policy: str | None) -> tuple[str, dict[str, Any]]:
+    """The gateway policy and its parameters the recording is simulated with: ``--policy``
+    (checked here) or the recording's own; a ``--scenario``'s other policy (``scenario_policy``)
+    is said not to be simulated."""
+    if policy is not None:
+        policy_from_flags(policy, params)  # a bad name or parameter fails here
+    elif params:
+        raise CliError("--param needs --policy")
+    name, values = recorded_policy(recording, policy, _param_values(params))
+    if policy is None and scenario_policy is not None and name != scenario_policy:
+        typer.echo(fill(f"note: the --scenario's policy {scenario_policy!r} is not simulated: "
+                        f"the recorded requests went to the server as the recording shows "
+                        f"(policy {name}); --policy {scenario_policy} puts that gateway in "
+                        f"front of it"), err=True)
+    return name, values
 
 
 _ENGINE_FLAGS = {"tensor_parallel_size": "-tp/--tensor-parallel-size",
