@@ -316,6 +316,30 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
             "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
 
 
+def _genai_perf_summary_refusal(doc: Mapping[str, Any]) -> str | None:
+    """genai-perf's ``profile_export_genai_perf.json``: its statistics and ``input_config``, as
+    AIPerf's summary has them, but genai-perf's own: the configuration holds its
+    ``perf_analyzer`` section (the tool it drives), or, in the flat arguments of its first
+    releases, ``service_kind``; its GPU figures are ``telemetry_stats`` (AIPerf's are
+    ``telemetry_data``). Seen in github.com/wellflat/k8s-dev
+    ``bench/etl/profile_export_genai_perf.json`` at e17e8f5b (openai/gpt-oss-20b, genai-perf of
+    the tritonserver 25.07 SDK image), which was told to pass AIPerf's profile_export.jsonl, a
+    file genai-perf never writes. Its per-request file is perf_analyzer's
+    ``profile_export.json`` (:func:`_object_refusal`), with no token counts."""
+    config = doc.get("input_config")
+    if not isinstance(config, Mapping) or "aiperf_version" in doc:
+        return None
+    if not ("perf_analyzer" in config or "service_kind" in config
+            or "telemetry_stats" in doc):
+        return None
+    return ("is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
+            "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
+            "request's timestamps and text but no token counts (genai-perf counts them with "
+            "its tokenizer), so neither can be replayed: rerun with AIPerf, genai-perf's "
+            "successor, and pass its profile_export.jsonl (each request's times and token "
+            "counts)")
+
+
 def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
     """The ``inputs.json`` genai-perf and AIPerf write into a run's artifact folder before
     sending: the request bodies they generated, ``{"data": [...]}``, no time nor output of any.
@@ -351,7 +375,7 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
                or _inferencex_refusal(doc) or pooling_problem(doc)
-               or _inputs_json_refusal(doc))
+               or _inputs_json_refusal(doc) or _genai_perf_summary_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):

@@ -160,6 +160,24 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
     ("summary.json", json.dumps({"records": {}, "input_config": {"endpoint": {}},
                                  "was_cancelled": False}),
      "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "),
+    # github.com/wellflat/k8s-dev bench/etl/profile_export_genai_perf.json at e17e8f5b (no
+    # licence: hand-made in its layout): genai-perf's summary (input_config with its
+    # perf_analyzer section, telemetry_stats) was told to pass AIPerf's profile_export.jsonl,
+    # which genai-perf never writes; the same in the flat arguments of early genai-perf
+    ("profile_export_genai_perf.json", json.dumps({
+        "request_throughput": {"unit": "requests/sec", "avg": 0.47},
+        "time_to_first_token": {"unit": "ms", "avg": 1524.6, "p50": 1416.9},
+        "telemetry_stats": {"gpu_power_usage": {"unit": "W", "0": {"avg": 57.0}}},
+        "input_config": {"model_names": ["openai/gpt-oss-20b"], "subcommand": "profile",
+                         "endpoint": {"service_kind": "openai", "type": "chat"},
+                         "perf_analyzer": {"stimulus": {"concurrency": 1}}}}),
+     "is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
+     "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
+     "request's timestamps and text but no token counts"),
+    ("profile_export_genai_perf.json", json.dumps({
+        "request_latency": {"unit": "ms", "avg": 2083.0},
+        "input_config": {"model": ["gpt2"], "service_kind": "openai", "concurrency": 1}}),
+     "is genai-perf's summary (profile_export_genai_perf.json): aggregates only"),
     # perf_analyzer's export under genai-perf (triton-inference-server/client genai-perf
     # tests/test_llm_profile_data_parser.py: experiments[].requests[] with timestamp,
     # response_timestamps and text, no token counts): "cannot tell the recording format"
