@@ -178,6 +178,34 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
         "request_latency": {"unit": "ms", "avg": 2083.0},
         "input_config": {"model": ["gpt2"], "service_kind": "openai", "concurrency": 1}}),
      "is genai-perf's summary (profile_export_genai_perf.json): aggregates only"),
+    # k6's outputs (grafana/k6 internal/output/json/wrapper.go at 4815d6c5, internal/output/
+    # csv/output.go at 4b6aa058 MakeHeader, --summary-export's root_group and metrics), as a
+    # k6 script load-testing an LLM endpoint writes them: each got "cannot tell the recording
+    # format; pass a format (records, run, ...)", none of which fits, or (the CSV) "map
+    # timestamp as arrival_s", a metric sample's time, after which prompt_tokens was missing
+    ("k6.json", "\n".join(json.dumps(line) for line in (
+        {"type": "Metric", "data": {"name": "http_req_duration", "type": "trend",
+                                    "contains": "time", "thresholds": [], "submetrics": None},
+         "metric": "http_req_duration"},
+        {"type": "Point", "data": {"time": "2025-01-10T10:00:00.123456Z", "value": 2100.5,
+                                   "tags": {"method": "POST", "status": "200"}},
+         "metric": "http_req_duration"})) + "\n",
+     "is k6's --out json output (one metric sample or declaration a line): k6 records metric "
+     "samples"),
+    ("summary.json", json.dumps({
+        "root_group": {"name": "", "path": "", "id": "d41d8cd98f00b204e9800998ecf8427e",
+                       "groups": {}, "checks": {}},
+        "metrics": {"http_req_duration": {"avg": 2100.2, "min": 800.1, "med": 2050.0,
+                                          "max": 5100.3, "p(90)": 3000.1, "p(95)": 3500.2},
+                    "http_reqs": {"count": 120, "rate": 1.99}}}),
+     "is k6's end-of-test summary (--summary-export, or handleSummary's data): aggregates "
+     "only"),
+    ("k6.csv", "metric_name,timestamp,metric_value,check,error,error_code,expected_response,"
+     "group,method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
+     "metadata\nhttp_req_duration,1736503200,2100.512000,,,,true,,POST,"
+     "http://127.0.0.1:8000/v1/completions,HTTP/1.1,default,,200,,,"
+     "http://127.0.0.1:8000/v1/completions,,\n",
+     "is k6's --out csv output (one row a metric sample): k6 records metric samples"),
     # perf_analyzer's export under genai-perf (triton-inference-server/client genai-perf
     # tests/test_llm_profile_data_parser.py: experiments[].requests[] with timestamp,
     # response_timestamps and text, no token counts): "cannot tell the recording format"
