@@ -644,7 +644,7 @@ SQLITE_REFUSAL = ("is an SQLite database with no result table of evalscope perf'
                   "(docs/recordings.md)")
 
 
-def csv_summary_refusal(first_line: bytes) -> str | None:
+def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
     """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
     of statistics a metric (``Metric,avg,min,max,...``); llama-bench's ``-o csv`` a row a test
@@ -652,8 +652,15 @@ def csv_summary_refusal(first_line: bytes) -> str | None:
     JSON keys as columns, ``mean_ttft_ms``, ``completed``: github.com/moguizhizi/learning_project
     ``benchmarks/output/qwen2_5_vl_72B/differ/*.csv`` at 9239dfc6, written beside each
     ``benchmark_serving.py`` JSON) holds no request either; LMBench's trace-replayer result has
-    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
+    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV. ``name``, the file's name, tells
+    genai-perf's table from AIPerf's (their first lines are alike): genai-perf wrote no
+    profile_export.jsonl to pass instead."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
+    if header[:2] == ["metric", "avg"] and "genai_perf" in name.lower():
+        return ("is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row "
+                "a metric: no request; genai-perf's per-request file, perf_analyzer's "
+                "profile_export.json, keeps no token counts either: rerun with AIPerf, "
+                "genai-perf's successor, and pass its profile_export.jsonl")
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "

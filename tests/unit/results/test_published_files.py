@@ -154,6 +154,16 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "Time to First Token (ms),28.74,22.09,85.41,58736.71,23.35,24.31,24.77,25.60,26.77,"
      "28.47,33.01,40.51,66.76,7.24\n\nMetric,Value\nRequest Count,2044.00\n",
      "is a table of aggregates, one row a metric (AIPerf's profile_export_aiperf.csv"),
+    # genai-perf's CSV, written beside its profile_export_genai_perf.json (the JSON as
+    # github.com/wellflat/k8s-dev bench/etl/ publishes it): its first line is AIPerf's, and it
+    # was told to pass AIPerf's profile_export.jsonl from the same run, which genai-perf never
+    # writes
+    ("profile_export_genai_perf.csv",
+     "Metric,avg,min,max,p99,p95,p90,p75,p50,p25\n"
+     "Time To First Token (ms),1524.63,330.53,2360.24,2342.05,2295.04,2203.80,2096.08,1416.93,"
+     "1153.87\n",
+     "is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row a metric: "
+     "no request; genai-perf's per-request file"),
     # AIPerf's own example (ai-dynamo/aiperf examples/artifacts/run1/profile_export_aiperf.json)
     # records no aiperf_version, and genai-perf's profile_export_genai_perf.json has the same
     # input_config: neither is named "AIPerf's summary (profile_export_aiperf.json)" for sure
