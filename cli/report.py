@@ -15,12 +15,18 @@ from kvbudget.workloads.errors import TraceError
 def _refuse_recording(path: Path, flag: str = "") -> None:
     """A load tool's result file given where a run directory is meant was told only "not a
     run directory (a file, not a directory)": refused naming the tool and the command that
-    reads it (``validate --records``, whose ``--out`` holds a simulated run ``report`` takes)."""
+    reads it (``validate --records``, whose ``--out`` holds a simulated run ``report`` takes).
+    A file kvbudget names but cannot read (a tool's aggregates: genai-perf's summary, k6's
+    output) was told the same bare line; it is now told what the file is and what to pass."""
     if not path.is_file():
         return
     try:
         fmt = detect_recording_format(path)
-    except (TraceError, OSError):
+    except TraceError as exc:
+        if exc.problem.startswith("is "):  # the refusal names what the file is
+            raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None
+        return
+    except OSError:
         return
     if fmt in ("records", "run"):
         return

@@ -9,7 +9,11 @@ qwen_concurrency1/profile_export_aiperf.json`` at 4d4caa79 (AIPerf's own plot fi
 Qwen run), names two RTX 6000 Ada GPUs at two exporters, and kvbudget said "GPU H100-SXM
 (ASSUMED: the recording does not name its GPU)": the file named one, and another was
 simulated. The GPUs an exporter reports are its node's, taken to be the server's (a note says
-so); their count is not taken for tensor parallelism or replicas."""
+so); their count is not taken for tensor parallelism or replicas. Where the telemetry has each
+GPU's ``gpu_memory_used``, the note says how many of them held memory during the run and which
+(github.com/wellflat/k8s-dev ``bench/aiperf/profile_export_aiperf.json`` at 7250dddc: eight
+A100-SXM4-80GB at one exporter, gpu_0 alone holding 73.2 GB, the others 0: a server on one GPU,
+which the bare count of 8 did not tell)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,33 @@ def _names(summary: Mapping[str, Any]) -> list[str]:
     return names
 
 
+def _memory_held(summary: Mapping[str, Any]) -> tuple[int, list[str]]:
+    """How many GPUs report a ``gpu_memory_used`` average, and each of those above 0 as
+    ``<gpu key> <GB> GB``."""
+    endpoints = dig(summary, "telemetry_data", "endpoints")
+    num_reported, held = 0, []
+    for endpoint in endpoints.values() if isinstance(endpoints, Mapping) else ():
+        gpus = endpoint.get("gpus") if isinstance(endpoint, Mapping) else None
+        for key, gpu in gpus.items() if isinstance(gpus, Mapping) else ():
+            used = dig(gpu, "metrics", "gpu_memory_used", "avg")
+            if not isinstance(used, int | float) or isinstance(used, bool):
+                continue
+            num_reported += 1
+            if used > 0:
+                held.append(f"{key} {used:.1f} GB")
+    return num_reported, held
+
+
+def _memory_note(summary: Mapping[str, Any]) -> str:
+    """``; K of the N held memory ...`` where the telemetry reports GPU memory, else ``""``."""
+    num_reported, held = _memory_held(summary)
+    if not num_reported:
+        return ""
+    listed = ", ".join(held[:8]) + (", ..." if len(held) > 8 else "")
+    return (f"; {len(held)} of the {num_reported} GPUs whose memory it reported held memory "
+            f"during the run{f' ({listed})' if held else ''}")
+
+
 def telemetry_gpu(summary: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The GPU the run's telemetry names (None where it names none or several kinds) and the
     note that says where it came from (None where the telemetry names no GPU)."""
@@ -47,6 +78,7 @@ def telemetry_gpu(summary: Mapping[str, Any]) -> tuple[str | None, str | None]:
                       f"({', '.join(kinds[:4])}; {where}): none taken for the simulated GPU, "
                       "pass --gpu")
     return kinds[0], (f"GPU: {kinds[0]}, as AIPerf's GPU telemetry reported it "
-                      f"(telemetry_data: {where}), taken to be the server's; their count is "
+                      f"(telemetry_data: {where}{_memory_note(summary)}), taken to be the "
+                      "server's; their count is "
                       "not taken for tensor parallelism or replicas (pass "
                       "--tensor-parallel-size or --set fleet.num_replicas=N)")

@@ -316,6 +316,59 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
             "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
 
 
+K6_CSV_HEADER = ["metric_name", "timestamp", "metric_value"]
+"""The first columns of k6's ``--out csv`` (grafana/k6 ``internal/output/csv/output.go`` at
+4b6aa058, ``MakeHeader``: then a column a system tag, ``extra_tags``, ``metadata``): one row a
+metric sample."""
+
+_K6_WHAT = ("k6 records metric samples (http_req_duration, http_reqs and its script's own "
+            "metrics, each with a time and tags), not requests with their prompt and output "
+            "tokens, so kvbudget cannot replay it: have the k6 script write each request's "
+            "send time, token counts, TTFT and E2E in the generic records format (arrival_s, "
+            "prompt_tokens, output_tokens, ttft_s, e2e_s: docs/recordings.md), or record the "
+            "load with a tool kvbudget reads")
+
+
+def k6_refusal(doc: Mapping[str, Any]) -> str | None:
+    """k6's results (github.com/grafana/k6): its ``--out json`` lines (``internal/output/json/
+    wrapper.go`` at 4815d6c5, ``sampleEnvelope`` and ``metricEnvelope``: ``{"type": "Point" |
+    "Metric", "data": ..., "metric": NAME}``, a metric declared on a line before its samples)
+    and its ``--summary-export`` file (``root_group`` and ``metrics`` of aggregates, as k6's
+    ``TestSummarizeMetricsJSON`` expects them). Both were told "cannot tell the recording format; pass a format (records, run,
+    ...)", which none fits, and k6's CSV (:data:`K6_CSV_HEADER`) to map its sample time as
+    the arrival time, which then lacked prompt_tokens."""
+    if set(doc) == {"type", "data", "metric"} and doc.get("type") in ("Metric", "Point"):
+        return f"is k6's --out json output (one metric sample or declaration a line): {_K6_WHAT}"
+    if "root_group" in doc and isinstance(doc.get("metrics"), Mapping):
+        return (f"is k6's end-of-test summary (--summary-export, or handleSummary's data): "
+                f"aggregates only; {_K6_WHAT}")
+    return None
+
+
+def _genai_perf_summary_refusal(doc: Mapping[str, Any]) -> str | None:
+    """genai-perf's ``profile_export_genai_perf.json``: its statistics and ``input_config``, as
+    AIPerf's summary has them, but genai-perf's own: the configuration holds its
+    ``perf_analyzer`` section (the tool it drives), or, in the flat arguments of its first
+    releases, ``service_kind``; its GPU figures are ``telemetry_stats`` (AIPerf's are
+    ``telemetry_data``). Seen in github.com/wellflat/k8s-dev
+    ``bench/etl/profile_export_genai_perf.json`` at e17e8f5b (openai/gpt-oss-20b, genai-perf of
+    the tritonserver 25.07 SDK image), which was told to pass AIPerf's profile_export.jsonl, a
+    file genai-perf never writes. Its per-request file is perf_analyzer's
+    ``profile_export.json`` (:func:`_object_refusal`), with no token counts."""
+    config = doc.get("input_config")
+    if not isinstance(config, Mapping) or "aiperf_version" in doc:
+        return None
+    if not ("perf_analyzer" in config or "service_kind" in config
+            or "telemetry_stats" in doc):
+        return None
+    return ("is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
+            "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
+            "request's timestamps and text but no token counts (genai-perf counts them with "
+            "its tokenizer), so neither can be replayed: rerun with AIPerf, genai-perf's "
+            "successor, and pass its profile_export.jsonl (each request's times and token "
+            "counts)")
+
+
 def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
     """The ``inputs.json`` genai-perf and AIPerf write into a run's artifact folder before
     sending: the request bodies they generated, ``{"data": [...]}``, no time nor output of any.
@@ -351,7 +404,8 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
     offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
                or _inferencex_refusal(doc) or pooling_problem(doc)
-               or _inputs_json_refusal(doc))
+               or _inputs_json_refusal(doc) or _genai_perf_summary_refusal(doc)
+               or k6_refusal(doc))
     if offline:
         return offline
     if _latency_summary(doc):
@@ -590,7 +644,7 @@ SQLITE_REFUSAL = ("is an SQLite database with no result table of evalscope perf'
                   "(docs/recordings.md)")
 
 
-def csv_summary_refusal(first_line: bytes) -> str | None:
+def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
     """Why a CSV whose first line is ``first_line`` cannot be read as a recording: AIPerf's
     ``profile_export_aiperf.csv`` (and genai-perf's ``profile_export_genai_perf.csv``) is one row
     of statistics a metric (``Metric,avg,min,max,...``); llama-bench's ``-o csv`` a row a test
@@ -598,8 +652,15 @@ def csv_summary_refusal(first_line: bytes) -> str | None:
     JSON keys as columns, ``mean_ttft_ms``, ``completed``: github.com/moguizhizi/learning_project
     ``benchmarks/output/qwen2_5_vl_72B/differ/*.csv`` at 9239dfc6, written beside each
     ``benchmark_serving.py`` JSON) holds no request either; LMBench's trace-replayer result has
-    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV."""
+    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV. ``name``, the file's name, tells
+    genai-perf's table from AIPerf's (their first lines are alike): genai-perf wrote no
+    profile_export.jsonl to pass instead."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
+    if header[:2] == ["metric", "avg"] and "genai_perf" in name.lower():
+        return ("is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row "
+                "a metric: no request; genai-perf's per-request file, perf_analyzer's "
+                "profile_export.json, keeps no token counts either: rerun with AIPerf, "
+                "genai-perf's successor, and pass its profile_export.jsonl")
     if header[:2] == ["metric", "avg"]:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
@@ -611,6 +672,8 @@ def csv_summary_refusal(first_line: bytes) -> str | None:
         return ("is a table of serving-benchmark summaries, one row a run (vllm bench serve's "
                 "or SGLang's bench_serving result keys as columns: mean_ttft_ms, "
                 f"request_throughput...): aggregates only; {_DETAILED}")
+    if header[:3] == K6_CSV_HEADER:
+        return f"is k6's --out csv output (one row a metric sample): {_K6_WHAT}"
     if header == LMBENCH_RESULT:
         return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
                 "records each one's whole latency but no time to its first token, and kvbudget "

@@ -255,7 +255,7 @@ def detect_recording_format(path: Path) -> str:
         first = head.split(b"\n", 1)[0]
         if first.startswith(b"Run Info") or (b"Run Id" in first and b"Request Loader" in head):
             return "guidellm"
-        aggregates = csv_summary_refusal(first.lstrip(b"\xef\xbb\xbf"))
+        aggregates = csv_summary_refusal(first.lstrip(b"\xef\xbb\xbf"), path.name)
         if aggregates:
             raise TraceError(path, aggregates)
         header = first.lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace").strip().split(",")

@@ -213,6 +213,29 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
     assert not (tmp_path / "report").exists()
 
 
+@pytest.mark.parametrize(("name", "text", "what"), [
+    # genai-perf's summary, in the layout github.com/wellflat/k8s-dev bench/etl/ publishes
+    ("profile_export_genai_perf.json",
+     json.dumps({"request_latency": {"unit": "ms", "avg": 2083.0},
+                 "input_config": {"perf_analyzer": {"stimulus": {"concurrency": 1}}}}),
+     "it is genai-perf's summary (profile_export_genai_perf.json): aggregates only"),
+    # k6's --out csv (grafana/k6 internal/output/csv/output.go MakeHeader)
+    ("k6.csv", "metric_name,timestamp,metric_value,extra_tags,metadata\n"
+     "http_req_duration,1736503200,2100.512000,,\n",
+     "it is k6's --out csv output (one row a metric sample)"),
+])
+def test_report_of_a_file_kvbudget_cannot_read_says_what_it_is(
+        tmp_path: Path, name: str, text: str, what: str) -> None:
+    """``kvbudget report`` of a tool's aggregates said only "not a run directory (a file, not a
+    directory)", though --records names the file and what to pass instead."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, _, stderr = run("report", path, "--out", tmp_path / "report")
+    assert code == 2
+    assert flat(stderr).startswith(f"error: {path}: not a run directory: {what}"), stderr
+    assert not (tmp_path / "report").exists()
+
+
 def test_a_fleet_of_named_gpus_is_not_said_to_take_the_default_gpu(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n")

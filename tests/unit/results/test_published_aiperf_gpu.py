@@ -47,6 +47,27 @@ def test_the_gpu_the_telemetry_names_is_the_recordings(tmp_path: Path) -> None:
                for n in rec.notes)
 
 
+# github.com/wellflat/k8s-dev bench/aiperf/profile_export_aiperf.json at 7250dddc (no licence:
+# its layout by hand): eight A100-SXM4-80GB at one exporter, gpu_0 alone holding 73.2 GB; the
+# note said "8 GPU(s)" and nothing of which served, though the telemetry showed it
+def test_the_gpus_that_held_memory_are_said(tmp_path: Path) -> None:
+    a100 = "NVIDIA A100-SXM4-80GB"
+    path = run_with_gpus(tmp_path, a100)
+    summary_path = tmp_path / "profile_export_aiperf.json"
+    summary = json.loads(summary_path.read_text())
+    summary["telemetry_data"]["endpoints"] = {"dcgm-exporter:9400": {"gpus": {
+        f"gpu_{k}": {"gpu_index": k, "gpu_name": a100, "hostname": "gpu-03", "metrics": {
+            "gpu_memory_used": {"unit": "GB", "avg": 73.24617932800003 if k == 0 else 0.0}}}
+        for k in range(8)}}}
+    summary_path.write_text(json.dumps(summary))
+    rec = read_recording(path)
+    assert rec.config["gpu"] == a100
+    assert any("(telemetry_data: 8 GPU(s) at 1 DCGM exporter(s); 1 of the 8 GPUs whose memory "
+               "it reported held memory during the run (gpu_0 73.2 GB)), taken to be the "
+               "server's; their count is not taken for tensor parallelism" in n
+               for n in rec.notes)
+
+
 def test_gpus_of_several_kinds_are_said_and_none_taken(tmp_path: Path) -> None:
     rec = read_recording(run_with_gpus(tmp_path, "NVIDIA L40S", "NVIDIA H200"))
     assert "gpu" not in rec.config

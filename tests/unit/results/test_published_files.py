@@ -154,12 +154,68 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "Time to First Token (ms),28.74,22.09,85.41,58736.71,23.35,24.31,24.77,25.60,26.77,"
      "28.47,33.01,40.51,66.76,7.24\n\nMetric,Value\nRequest Count,2044.00\n",
      "is a table of aggregates, one row a metric (AIPerf's profile_export_aiperf.csv"),
+    # genai-perf's CSV, written beside its profile_export_genai_perf.json (the JSON as
+    # github.com/wellflat/k8s-dev bench/etl/ publishes it): its first line is AIPerf's, and it
+    # was told to pass AIPerf's profile_export.jsonl from the same run, which genai-perf never
+    # writes
+    ("profile_export_genai_perf.csv",
+     "Metric,avg,min,max,p99,p95,p90,p75,p50,p25\n"
+     "Time To First Token (ms),1524.63,330.53,2360.24,2342.05,2295.04,2203.80,2096.08,1416.93,"
+     "1153.87\n",
+     "is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row a metric: "
+     "no request; genai-perf's per-request file"),
     # AIPerf's own example (ai-dynamo/aiperf examples/artifacts/run1/profile_export_aiperf.json)
     # records no aiperf_version, and genai-perf's profile_export_genai_perf.json has the same
     # input_config: neither is named "AIPerf's summary (profile_export_aiperf.json)" for sure
     ("summary.json", json.dumps({"records": {}, "input_config": {"endpoint": {}},
                                  "was_cancelled": False}),
      "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "),
+    # github.com/wellflat/k8s-dev bench/etl/profile_export_genai_perf.json at e17e8f5b (no
+    # licence: hand-made in its layout): genai-perf's summary (input_config with its
+    # perf_analyzer section, telemetry_stats) was told to pass AIPerf's profile_export.jsonl,
+    # which genai-perf never writes; the same in the flat arguments of early genai-perf
+    ("profile_export_genai_perf.json", json.dumps({
+        "request_throughput": {"unit": "requests/sec", "avg": 0.47},
+        "time_to_first_token": {"unit": "ms", "avg": 1524.6, "p50": 1416.9},
+        "telemetry_stats": {"gpu_power_usage": {"unit": "W", "0": {"avg": 57.0}}},
+        "input_config": {"model_names": ["openai/gpt-oss-20b"], "subcommand": "profile",
+                         "endpoint": {"service_kind": "openai", "type": "chat"},
+                         "perf_analyzer": {"stimulus": {"concurrency": 1}}}}),
+     "is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
+     "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
+     "request's timestamps and text but no token counts"),
+    ("profile_export_genai_perf.json", json.dumps({
+        "request_latency": {"unit": "ms", "avg": 2083.0},
+        "input_config": {"model": ["gpt2"], "service_kind": "openai", "concurrency": 1}}),
+     "is genai-perf's summary (profile_export_genai_perf.json): aggregates only"),
+    # k6's outputs (grafana/k6 internal/output/json/wrapper.go at 4815d6c5, internal/output/
+    # csv/output.go at 4b6aa058 MakeHeader, --summary-export's root_group and metrics), as a
+    # k6 script load-testing an LLM endpoint writes them: each got "cannot tell the recording
+    # format; pass a format (records, run, ...)", none of which fits, or (the CSV) "map
+    # timestamp as arrival_s", a metric sample's time, after which prompt_tokens was missing
+    ("k6.json", "\n".join(json.dumps(line) for line in (
+        {"type": "Metric", "data": {"name": "http_req_duration", "type": "trend",
+                                    "contains": "time", "thresholds": [], "submetrics": None},
+         "metric": "http_req_duration"},
+        {"type": "Point", "data": {"time": "2025-01-10T10:00:00.123456Z", "value": 2100.5,
+                                   "tags": {"method": "POST", "status": "200"}},
+         "metric": "http_req_duration"})) + "\n",
+     "is k6's --out json output (one metric sample or declaration a line): k6 records metric "
+     "samples"),
+    ("summary.json", json.dumps({
+        "root_group": {"name": "", "path": "", "id": "d41d8cd98f00b204e9800998ecf8427e",
+                       "groups": {}, "checks": {}},
+        "metrics": {"http_req_duration": {"avg": 2100.2, "min": 800.1, "med": 2050.0,
+                                          "max": 5100.3, "p(90)": 3000.1, "p(95)": 3500.2},
+                    "http_reqs": {"count": 120, "rate": 1.99}}}),
+     "is k6's end-of-test summary (--summary-export, or handleSummary's data): aggregates "
+     "only"),
+    ("k6.csv", "metric_name,timestamp,metric_value,check,error,error_code,expected_response,"
+     "group,method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
+     "metadata\nhttp_req_duration,1736503200,2100.512000,,,,true,,POST,"
+     "http://127.0.0.1:8000/v1/completions,HTTP/1.1,default,,200,,,"
+     "http://127.0.0.1:8000/v1/completions,,\n",
+     "is k6's --out csv output (one row a metric sample): k6 records metric samples"),
     # perf_analyzer's export under genai-perf (triton-inference-server/client genai-perf
     # tests/test_llm_profile_data_parser.py: experiments[].requests[] with timestamp,
     # response_timestamps and text, no token counts): "cannot tell the recording format"
