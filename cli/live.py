@@ -30,6 +30,7 @@ from kvbudget.cli.options import (
 from kvbudget.cli.progress import Bar
 from kvbudget.cli.tables import render, render_summaries
 from kvbudget.live.calibrate import CalibrationFailed, CalibrationPlan, calibrate
+from kvbudget.live.calibrate_partial import CalibrationProgress, partial_path
 from kvbudget.live.openai_client import ServerTarget, redact_url
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
 from kvbudget.live.server import BackendUnavailable
@@ -227,6 +228,9 @@ DecodeBatchesOpt = Annotated[str, typer.Option(
 ContextTokensOpt = Annotated[str, typer.Option(
     "--context-tokens", help="Context lengths of the decode streams.")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")]
+CalResumeOpt = Annotated[bool, typer.Option(
+    "--resume", help="Go on from the measurements an interrupted calibrate --url kept beside "
+    "--out (OUT.partial.json): measure only the rest, then fit and write --out.")]
 RetriesOpt = Annotated[int, typer.Option(
     "--retries", help="More tries, within a repeat, for a grid point the streams could not "
     "time (its chunks late on a loaded machine).")]
@@ -579,9 +583,11 @@ def calibrate_cmd(
     max_num_batched_tokens: BatchedOpt = None,
     capacity_tokens: CapacityOpt = None,
     read_timeout: TimeoutOpt = 600.0,
+    resume: CalResumeOpt = False,
 ) -> None:
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
-    to a recorded run's latencies (--records, offline)."""
+    to a recorded run's latencies (--records, offline). An interrupted --url run keeps its
+    measurements beside --out; rerun it with --resume to measure only the rest."""
     setup = _RecordedFlags(
         records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
         model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
@@ -600,7 +606,8 @@ def calibrate_cmd(
                 "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
                 "--decode-batches": decode_batches != "1,2,4,8,16,32",
                 "--context-tokens": context_tokens != "64,256,1024",
-                "--capacity-tokens": capacity_tokens is not None}, setup=setup, fit=fit)
+                "--capacity-tokens": capacity_tokens is not None, "--resume": resume},
+                setup=setup, fit=fit)
         return
     with user_errors():
         if url is None:
@@ -614,11 +621,32 @@ def calibrate_cmd(
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=max_num_batched_tokens, seed=seed)
         target = _target(url, model, api_key, read_timeout)
+        kept = _kept_measurements(out, resume)
         _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
-        cal = _calibrate_with_bar(target, plan, capacity_tokens, out)
+        cal = _calibrate_with_bar(target, plan, capacity_tokens, out, kept)
         _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
                           kv_cache_dtype=kv_cache_dtype or "auto")
+        partial_path(out).unlink(missing_ok=True)  # its measurements are in --out now
     _print_calibration(cal, target, out)
+
+
+def _kept_measurements(out: Path, resume: bool) -> CalibrationProgress:
+    """The measurements an interrupted ``calibrate --url`` kept beside ``out``, with
+    ``--resume`` (said on stderr); refused without it, so that none is lost or reused unsaid."""
+    partial = partial_path(out)
+    check_out_file(partial, "--out")
+    if not resume:
+        if partial.exists():
+            raise CliError(f"{partial} holds the measurements of an interrupted calibration: "
+                           "give --resume to go on from them, or delete it to start over")
+        return CalibrationProgress()
+    if not partial.exists():
+        raise CliError(f"--resume: no {partial} to go on from (an interrupted calibrate --url "
+                       f"--out {out} keeps its measurements there)")
+    kept = CalibrationProgress.load(partial)
+    typer.echo(f"resuming: {kept.num_done} grid measurements kept in {partial} are not made "
+               "again (the server and the plan are checked against theirs)", err=True)
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -802,32 +830,48 @@ def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
-                        capacity_tokens: int | None, out: Path) -> "Calibration":
-    """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
-    exits with code 1, Ctrl-C with 130, saying that ``out`` was not written."""
+                        capacity_tokens: int | None, out: Path, kept: CalibrationProgress
+                        ) -> "Calibration":
+    """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar, going on from ``kept``;
+    a server that fails it exits with code 1, Ctrl-C with 130, each keeping the grid
+    measurements made so far beside ``out`` for ``--resume``."""
     bar: Any = None
-    progress = [0, 0]  # grid measurements done, of
+    progress = [kept.num_done, 0]  # grid measurements done, of
+    resumed = str(partial_path(out)) if kept.done else None
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
             bar = Bar("calibrate", total, "point", lines_from=1)
+            bar.update(done - 1)
         bar.update(1)
         progress[:] = [done, total]
 
     try:
-        return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
-    except (BackendUnavailable, CalibrationFailed) as exc:
+        return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point,
+                         progress=kept, resumed_from=resumed)
+    except BackendUnavailable as exc:
+        raise CliError(f"{exc}; {_keep_partial(kept, out)}", 1) from None
+    except CalibrationFailed as exc:
         raise CliError(str(exc), 1) from None
     except KeyboardInterrupt:
         done, total = progress
-        raise CliError(
-            f"interrupted after {done} of {total or 'the'} grid measurements: calibrate fits "
-            f"and writes {out} once the whole grid is measured, so nothing was written (fewer "
-            "--repeats or a smaller grid take less time)", 130) from None
+        raise CliError(f"interrupted after {done} of {total or 'the'} grid measurements; "
+                       f"{_keep_partial(kept, out)}", 130) from None
     finally:
         if bar is not None:
             bar.close()
+
+
+def _keep_partial(kept: CalibrationProgress, out: Path) -> str:
+    """Write the measurements made so far beside ``out``; what to say of them."""
+    if not kept.done:
+        return f"none was finished, so nothing was written ({out} neither)"
+    partial = partial_path(out)
+    kept.save(partial)
+    return (f"the {kept.num_done} finished are kept in {partial}; {out} is fitted and written "
+            "once the whole grid is measured: rerun the same command with --resume to measure "
+            "only the rest")
 
 
 def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from kvbudget.live.calibrate_partial import CalibrationProgress
 from kvbudget.live.openai_client import ServerTarget, StreamResult, stream_completion
 from kvbudget.live.replay import prompt_token_ids
 from kvbudget.live.server import BackendUnavailable, ServerInfo, discover, with_model
@@ -366,8 +367,15 @@ async def profile_async(
     on_point: Callable[[GridPoint, int, int], None] | None = None,
     clock: Callable[[], float] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    progress: CalibrationProgress | None = None,
+    resumed_from: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ServerInfo, list[str]]:
     """Measure the grid; return (step samples, idle TTFT per prompt size, server info, notes).
+
+    ``progress``: the measurements made so far (those kept by an interrupted run, read from
+    the file ``resumed_from``; ValueError when they were made on another server or plan): the
+    grid measurements it holds are not made again, and each one finished is added to it, so
+    that whoever catches an interrupt can keep them.
 
     ``on_point(point, done, total)`` reports progress (``total`` counts every repeat).
     ``clock`` (seconds; ``time.perf_counter`` from the start by default) times every chunk;
@@ -401,35 +409,53 @@ async def profile_async(
                 f"no prefill or no decode point of the plan fits the server (KV capacity "
                 f"{capacity} tokens, max_model_len {info.max_model_len}): " + "; ".join(left_out)
             )
+        kept = progress if progress is not None else CalibrationProgress()
+        kept.check_same({"url": target.base_url, "model": info.model,
+                         "kv_capacity_tokens": capacity, "max_model_len": info.max_model_len,
+                         "plan": asdict(plan)}, resumed_from or "the kept measurements")
         prof = _Profiler(client, target, plan, clock)
+        await _measure_grid(prof, points, kept, on_point)
+    samples = pd.DataFrame(kept.rows, columns=list(SAMPLE_COLUMNS))
+    notes = list(kept.notes)
+    _check_timed(samples, points, plan, notes)
+    idle_ttft = pd.DataFrame(kept.idle, columns=["prompt_tokens", "repeat", "ttft_s"])
+    return samples, idle_ttft, info, [*left_out, *notes]
+
+
+async def _measure_grid(prof: _Profiler, points: list[GridPoint], kept: CalibrationProgress,
+                        on_point: Callable[[GridPoint, int, int], None] | None) -> None:
+    """Measure every (point, repeat) not yet in ``kept``, adding each to it once finished (an
+    interrupt then loses only the measurement under way)."""
+    plan = prof.plan
+    if kept.num_done < len(points) * plan.repeats:
         for _ in range(plan.warmup):
             await prof.stream(BACKGROUND_PROMPT, 16)
-        rows: list[dict[str, Any]] = []
-        idle: list[dict[str, Any]] = []
-        total = len(points) * plan.repeats
-        done = 0
-        # round after round over the whole grid: a change in the machine's load during the
-        # calibration then spreads over every point instead of skewing a few of them
-        for rep in range(plan.repeats):
-            for point in points:
-                if point.kind == "prefill":
-                    idle.append({"prompt_tokens": point.seq_len, "repeat": rep,
-                                 "ttft_s": await prof.idle_ttft(point.seq_len)})
-                for attempt in range(1 + plan.retries):
-                    row = await _measure(prof, point, rep)
-                    if row is not None:
-                        rows.append(row)
-                        break
-                    what = ("stall not seen" if point.kind == "prefill" else "no overlap")
-                    notes.append(f"{_point_name(point)}: {what} (repeat {rep}, try "
-                                 f"{attempt + 1})")
-                done += 1
-                if on_point is not None:
-                    on_point(point, done, total)
-    samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
-    _check_timed(samples, points, plan, notes)
-    idle_ttft = pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"])
-    return samples, idle_ttft, info, [*left_out, *notes]
+    total = len(points) * plan.repeats
+    # round after round over the whole grid: a change in the machine's load during the
+    # calibration then spreads over every point instead of skewing a few of them
+    for rep in range(plan.repeats):
+        for point in points:
+            key = (point.kind, point.num_seqs, point.seq_len, rep)
+            if kept.is_done(*key):
+                continue
+            idle = None
+            if point.kind == "prefill":
+                idle = {"prompt_tokens": point.seq_len, "repeat": rep,
+                        "ttft_s": await prof.idle_ttft(point.seq_len)}
+            rows, notes = [], []
+            for attempt in range(1 + plan.retries):
+                row = await _measure(prof, point, rep)
+                if row is not None:
+                    rows.append(row)
+                    break
+                what = ("stall not seen" if point.kind == "prefill" else "no overlap")
+                notes.append(f"{_point_name(point)}: {what} (repeat {rep}, try {attempt + 1})")
+            kept.rows.extend(rows)
+            kept.idle.extend([idle] if idle is not None else [])
+            kept.notes.extend(notes)
+            kept.finish(*key)
+            if on_point is not None:
+                on_point(point, kept.num_done, total)
 
 
 def _check_timed(samples: pd.DataFrame, points: list[GridPoint], plan: CalibrationPlan,
@@ -537,11 +563,14 @@ def calibrate(
     on_point: Callable[[GridPoint, int, int], None] | None = None,
     clock: Callable[[], float] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    progress: CalibrationProgress | None = None,
+    resumed_from: str | None = None,
 ) -> Calibration:
     """Profile the live server and fit the cost model (runs its own event loop);
-    ``clock`` and ``transport`` as in :func:`profile_async`."""
+    ``clock``, ``transport``, ``progress`` and ``resumed_from`` as in :func:`profile_async`."""
     samples, idle, info, notes = asyncio.run(
         profile_async(target, plan, capacity_tokens=capacity_tokens, on_point=on_point,
-                      clock=clock, transport=transport)
+                      clock=clock, transport=transport, progress=progress,
+                      resumed_from=resumed_from)
     )
     return fit_calibration(samples, idle, info, plan, target.base_url, notes)
