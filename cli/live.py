@@ -61,8 +61,9 @@ from kvbudget.workloads.traces.load import trace_seed
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.calibrate import Calibration, SpeedCheck
+    from kvbudget.live.calibrate import Calibration
     from kvbudget.live.replay import ReplayOutcome
+    from kvbudget.live.validate import LiveValidationRun
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
     from kvbudget.policies.clients import ClientModel
     from kvbudget.studies.validate import LiveComparison
@@ -967,14 +968,14 @@ def validate_cmd(
                            "--records (a recorded run)")
         _refuse_records_only("a live validation", {**setup.given(), **fit.given()}, used=(
             "--cost-model", "--policy", "--param", "--scenario", "--tier", "--max-output"))
-        outcome, checks, overhead = _validate_live(
+        outcome, run, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             server=(model, api_key, read_timeout), gateway=(scenario, policy, params),
             trace_format=trace_format, tier=tier, time_scale=time_scale, max_output=max_output,
             capacity_tokens=capacity_tokens, max_in_flight=max_in_flight, seed=seed,
             poll_period=poll_period, lease_ttl=lease_ttl, async_scheduling=async_scheduling)
-    _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
+    _print_live_validation(outcome, run, overhead=overhead, speed_check=speed_check,
                            out=out, max_error=max_error, async_scheduling=async_scheduling)
 
 
@@ -986,7 +987,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
                    max_output: int | None, capacity_tokens: int | None, max_in_flight: int,
                    seed: int, poll_period: float, lease_ttl: float | None,
                    async_scheduling: bool = True
-                   ) -> "tuple[LiveComparison, tuple[SpeedCheck | None, SpeedCheck | None], float]":
+                   ) -> "tuple[LiveComparison, LiveValidationRun, float]":
     """``validate --url``: replay the trace on the server (with speed checks), simulate it with
     the calibrated model and compare; the comparison, the speed checks and the front-end
     overhead the simulation added. ``server``: the served model, the API key and the read
@@ -998,6 +999,8 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
     cal = load_live_cost_model(cost_model, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens)
+    for line in cal.warnings:  # a fit at a bound or outside its range: said as everywhere
+        typer.echo(f"warning: {line}", err=True)
     overhead = cal.frontend_overhead_s
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
@@ -1045,11 +1048,10 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     typer.echo(fill(simulated_engine_line(info, cal)))
     for line in setting_lines([run.live.summary]):  # what the server did (said) or the replay
         typer.echo(line)  # assumed, as replay prints them: outputs cut at the context, ...
-    return outcome, run.checks, overhead
+    return outcome, run, overhead
 
 
-def _print_live_validation(outcome: "LiveComparison",
-                           checks: "tuple[SpeedCheck | None, SpeedCheck | None]", *,
+def _print_live_validation(outcome: "LiveComparison", run: "LiveValidationRun", *,
                            overhead: float, speed_check: bool, out: Path,
                            max_error: float | None, async_scheduling: bool) -> None:
     """The tables and lines ``validate --url`` prints, the scheduling it assumed first; exit 1
@@ -1079,8 +1081,9 @@ def _print_live_validation(outcome: "LiveComparison",
     typer.echo(f"simulated times include the calibrated front-end overhead of "
                f"{1000 * overhead:.1f} ms per request")
     if speed_check:
-        said = ["not timed" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f} vs "
-                f"{1000 * c.predicted_s:.2f} ms)" for c in checks]
+        said = [f"not timed ({why})" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f}"
+                f" vs {1000 * c.predicted_s:.2f} ms)"
+                for c, why in zip(run.checks, run.untimed_why, strict=True)]
         typer.echo(f"decode step now vs the calibration: before the replay {said[0]}, after "
                    f"{said[1]}; a drift beyond a few percent means the server's speed moved "
                    "since the calibration, and the comparison carries that")

@@ -213,6 +213,8 @@ class _Profiler:
         self.plan = plan
         self.clock = clock
         self._next_id = 0
+        self.last_miss = ""
+        """Why the last :meth:`decode_step` that returned None could not time a step."""
 
     def _prompt(self, length: int) -> list[int]:
         self._next_id += 1
@@ -272,17 +274,25 @@ class _Profiler:
         end = min(r.chunk_s[-1] for r in results)
         steps: list[float] = []
         contexts: list[float] = []
+        merged = 0
         for r in results:
             idx = [i for i, t in enumerate(r.chunk_s) if start <= t <= end]
             if len(idx) < 2:
                 continue
             i0, i1 = idx[0], idx[-1]
             tokens = r.chunk_tokens[i1] - r.chunk_tokens[i0]
+            if tokens >= 4 and merged_fraction(r.chunk_tokens[i0:i1 + 1]) > MAX_MERGED:
+                merged += 1
             if tokens < 4 or merged_fraction(r.chunk_tokens[i0:i1 + 1]) > MAX_MERGED:
                 continue  # too short, or the chunks' times are not the steps' times
             steps.append((r.chunk_s[i1] - r.chunk_s[i0]) / tokens)
             contexts.append(c + (r.chunk_tokens[i0] + r.chunk_tokens[i1]) / 2 + 1)
         if not steps:
+            self.last_miss = (
+                f"the tokens of {merged} of its {n} streams came in bursts (over "
+                f"{MAX_MERGED:.0%} of chunks with several tokens: the API server fell behind "
+                "the engine)" if merged else
+                f"its {n} streams did not decode together for 4 tokens")
             return None
         return statistics.median(steps), statistics.mean(contexts)
 
@@ -528,19 +538,24 @@ def _profiling_target(target: ServerTarget, info: ServerInfo) -> ServerTarget:
 
 async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num_seqs: int = 4,
                             seq_len: int = 64, tokens: int = 48, repeats: int = 3,
-                            seed: int = 1, info: ServerInfo | None = None
+                            seed: int = 1, info: ServerInfo | None = None,
+                            misses: list[str] | None = None,
+                            clock: Callable[[], float] | None = None,
+                            transport: httpx.AsyncBaseTransport | None = None
                             ) -> SpeedCheck | None:
     """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
     compare with ``model``; None when no repeat could be timed. Takes a few seconds. ``info``:
-    the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given)."""
+    the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given);
+    ``misses``: gets why each repeat that could not be timed was not; ``clock`` and
+    ``transport`` as in :func:`profile_async`."""
     t0 = time.perf_counter()
     plan = CalibrationPlan(seed=seed)
-    async with httpx.AsyncClient(timeout=target.timeout(),
+    async with httpx.AsyncClient(timeout=target.timeout(), transport=transport,
                                  limits=httpx.Limits(max_connections=num_seqs + 4)) as client:
         if info is None:
             info = await discover(client, target)
         target = _profiling_target(target, info)
-        prof = _Profiler(client, target, plan, lambda: time.perf_counter() - t0)
+        prof = _Profiler(client, target, plan, clock or (lambda: time.perf_counter() - t0))
         steps: list[float] = []
         contexts: list[float] = []
         for _ in range(repeats):
@@ -548,6 +563,8 @@ async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num
             if got is not None:
                 steps.append(got[0])
                 contexts.append(got[1])
+            elif misses is not None:
+                misses.append(prof.last_miss)
     if not steps:
         return None
     ctx = statistics.median(contexts)

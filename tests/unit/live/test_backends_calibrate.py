@@ -46,9 +46,11 @@ from kvbudget.live.calibrate import (
     left_out_points,
     median_samples,
     plan_points,
+    speed_check_async,
 )
 from kvbudget.live.calibrate_partial import CalibrationProgress
 from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.validate import untimed_said
 from kvbudget.perf.cost_model import (
     FEATURES,
     LinearCostModel,
@@ -839,6 +841,63 @@ def test_an_interrupt_before_any_measurement_writes_nothing(
         "error: interrupted after 0 of the grid measurements; none was finished, so nothing "
         f"was written ({cost} neither)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_speed_check_that_times_nothing_says_why(tmp_path: Path) -> None:
+    """A speed check whose streams send their tokens in bursts times no step: before, validate
+    printed 'not timed' and no reason. The reason comes from the streams (virtual engine)."""
+    model = load_cost_model(_cost_file(tmp_path / "cost.json"))
+    assert isinstance(model, LinearCostModel)
+    for burst in (True, False):
+        engine, misses = VirtualEngine(burst=burst), []
+        got = asyncio.run(speed_check_async(ServerTarget("http://fake.invalid"), model,
+                                            clock=engine.clock, transport=engine.transport(),
+                                            misses=misses))
+        if burst:
+            assert got is None
+            assert untimed_said(misses) == (
+                "in none of its 3 tries: the tokens of 4 of its 4 streams came in bursts (over "
+                "20% of chunks with several tokens: the API server fell behind the engine)")
+        else:
+            assert got is not None and misses == []
+    assert untimed_said(["a", "b", "a"]) == "a (2 of 3 tries); b (1 of 3 tries)"
+
+
+def test_validate_says_why_a_speed_check_was_not_timed_and_the_files_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate --url printed 'after not timed' without the reason, and never the cost file's
+    calibration warnings, which every other command that loads the file says."""
+    from typer.testing import CliRunner
+
+    import kvbudget.live.validate as live_validate
+    from kvbudget.cli.main import app
+
+    async def untimed(target: ServerTarget, model: Any, *, misses: list[str],
+                      **kwargs: Any) -> None:
+        misses.extend(["its 4 streams did not decode together for 4 tokens"] * 3)
+
+    monkeypatch.setattr(live_validate, "speed_check_async", untimed)
+    cost = _cost_file(tmp_path / "cost.json")
+    payload = json.loads(cost.read_text())
+    payload["calibration"]["warnings"] = [
+        "per_prefill_seq_s = 0.004 is at the bound of its search (0 .. 0.004): it stands for "
+        "something the step model lacks"]
+    cost.write_text(json.dumps(payload))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.05 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(3)))
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model", str(cost),
+            "--max-num-seqs", "4", "--out", str(tmp_path / "val")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stdout.split())
+    why = "in none of its 3 tries: its 4 streams did not decode together for 4 tokens"
+    assert (f"before the replay not timed ({why}), after not timed ({why}); a drift") in said
+    assert (f"warning: {cost}: its calibration warned: per_prefill_seq_s = 0.004 is at the "
+            "bound of its search (the file's calibration.warnings say why); used as fitted: "
+            "such a value stands for something the step model lacks") in " ".join(res.stderr.split()), res.stderr
 
 
 def test_a_replay_between_two_scrapes_shows_no_kv_figure(tmp_path: Path) -> None:
