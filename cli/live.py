@@ -17,6 +17,7 @@ import typer
 from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
+from kvbudget.cli.fit_tables import class_error_table, coefficient_table
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ClientsOpt,
@@ -877,21 +878,13 @@ def _keep_partial(kept: CalibrationProgress, out: Path) -> str:
 
 def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) -> None:
     """The coefficients and the per-class fit errors ``calibrate --url`` prints."""
-    m = cal.model
     typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at "
                f"{target.base_url}")
-    typer.echo(render(("coefficient", "value"), [
-        ["intercept_s", m.intercept_s], ["per_prefill_token_s", m.per_prefill_token_s],
-        ["per_decode_seq_s", m.per_decode_seq_s], ["per_context_token_s", m.per_context_token_s],
-        ["per_prefill_attention_s", m.per_prefill_attention_s],
-        ["per_prefill_seq_s", m.per_prefill_seq_s],
-        ["frontend_overhead_s", cal.frontend_overhead_s],
-    ]))
-    per_class = cal.fit.per_class()
-    typer.echo(render(("points", "n", "MAPE %", "max |err| %", "bias %"), [
-        [r["point_class"], r["num_points"], 100 * r["mape"], 100 * r["max_abs_rel_error"],
-         100 * r["mean_rel_error"]] for r in per_class.to_dict(orient="records")
-    ]))
+    typer.echo(coefficient_table(cal.fit, (("frontend_overhead_s", cal.frontend_overhead_s),)))
+    table, in_sample = class_error_table(cal.fit)
+    typer.echo(table)
+    for line in in_sample:
+        typer.echo(fill(f"note: {line}"), err=True)
     for note in cal.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out}")

@@ -57,6 +57,7 @@ from kvbudget.perf.cost_model import (
     load_cost_model,
     read_frontend_overhead,
 )
+from kvbudget.perf.fit import in_sample_classes
 from kvbudget.results.run_result import read_run
 from kvbudget.results.said import WIDTH, context_cut
 
@@ -815,9 +816,30 @@ def test_calibrate_command_keeps_an_interrupted_grid_for_resume(
             in " ".join(res.stderr.split()))
     assert cost.exists() and not partial.exists()
     assert json.loads(cost.read_text())["fit"]["num_samples"] == 6  # every point's median
+    # the cut grid's 2 mixed points are fitted exactly by the 6 coefficients: said, not 0.00 %
+    assert "mixed 2 exact fit - -" in " ".join(res.stdout.split())
+    assert ("note: mixed: 2 points, no more than the 6 coefficients that reach them: the fit "
+            "passes through each exactly, so its error tests nothing") in " ".join(
+                res.stderr.split())
     res = CliRunner().invoke(app, [*args, "--resume"])
     assert res.exit_code == 2
     assert f"error: --resume: no {partial} to go on from" in " ".join(res.stderr.split())
+
+
+def test_classes_with_no_more_points_than_coefficients_are_said() -> None:
+    """Hand-made fit tables: 2 decode points reached by 2 coefficients (intercept, per decode
+    sequence: the context column is 0) are in-sample, exact when their error is 0; 3 are not;
+    a class whose in-sample error is not 0 is in-sample but not exact."""
+    def table(cls: str, n: int, err: float) -> pd.DataFrame:
+        rows = [{**dict.fromkeys(FEATURES, 0.0), "num_decode_seqs": 1.0 + i,
+                 "point_class": cls, "measured_s": 0.01, "predicted_s": 0.01,
+                 "rel_error": err} for i in range(n)]
+        return pd.DataFrame(rows)
+
+    assert in_sample_classes(table("decode", 2, 0.0)) == {"decode": (2, True), "all": (2, True)}
+    assert in_sample_classes(table("decode", 2, 0.01)) == {"decode": (2, False),
+                                                           "all": (2, False)}
+    assert in_sample_classes(table("decode", 3, 0.0)) == {}
 
 
 def test_an_interrupt_before_any_measurement_writes_nothing(
