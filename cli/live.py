@@ -1073,6 +1073,8 @@ def _print_live_validation(outcome: "LiveComparison", run: "LiveValidationRun", 
         typer.echo(fill(line))
     typer.echo(f"simulated times include the calibrated front-end overhead of "
                f"{1000 * overhead:.1f} ms per request")
+    if outcome.sent_late is not None:
+        typer.echo(fill(outcome.sent_late.said()))
     if speed_check:
         said = [f"not timed ({why})" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f}"
                 f" vs {1000 * c.predicted_s:.2f} ms)"

@@ -922,6 +922,61 @@ def test_validate_says_why_a_speed_check_was_not_timed_and_the_files_warnings(
             "such a value stands for something the step model lacks") in " ".join(res.stderr.split()), res.stderr
 
 
+def test_validate_simulates_the_requests_at_the_times_they_were_sent(tmp_path: Path) -> None:
+    """validate --url simulated the trace's times while the live records' arrival_s is the
+    actual send (86 ms late once on a loaded machine): the server saw the sends. Now the
+    simulation takes the sent times, and how late they were is said and kept."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.05 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(4)))
+    cost = _cost_file(tmp_path / "cost.json")
+    out = tmp_path / "val"
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model", str(cost),
+            "--max-num-seqs", "4", "--no-speed-check", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    live = read_run(out / "live").records.set_index("request_id")["arrival_s"]
+    sim = read_run(out / "sim").records.set_index("request_id")["arrival_s"]
+    assert (live.to_numpy() > np.array([0.0, 0.05, 0.1, 0.15])).all()  # every send is late
+    assert sim.reindex(live.index).to_numpy() == pytest.approx(live.to_numpy(), abs=1e-9)
+    late = json.loads((out / "validation.json").read_text())["sent_late"]
+    assert late["num_sent"] == 4 and late["max_s"] == pytest.approx(
+        float((live.to_numpy() - np.array([0.0, 0.05, 0.1, 0.15])).max()), abs=1e-9)
+    assert late["step_s"] == pytest.approx(INTERCEPT_S + PER_DECODE_SEQ_S)
+    said = " ".join(res.stdout.split())
+    assert (f"the replay sent its 4 requests late after their trace times by p50 "
+            f"{1000 * late['p50_s']:.1f} ms, max {1000 * late['max_s']:.1f} ms "
+            f"({late['num_beyond_step']} later than one calibrated decode step of "
+            f"{1000 * late['step_s']:.1f} ms): the simulation takes the times they were sent, "
+            "what the server saw") in said
+
+
+def test_sent_times_hand_made() -> None:
+    """A send 86 ms late (the one seen on a loaded machine), one on time, one never sent (a
+    record without arrival): the simulated times, and the lateness said."""
+    from kvbudget.studies.sent_times import as_sent
+    from kvbudget.workloads import Workload
+
+    n = 3
+    wl = Workload(arrival_s=np.array([0.0, 0.1, 0.2]), prompt_tokens=np.full(n, 8),
+                  output_tokens=np.full(n, 4), max_output_tokens=np.full(n, 4),
+                  tier=np.zeros(n, dtype=np.int16), tier_names=("interactive",),
+                  deadline_s=np.full(n, np.nan), request_id=np.array([7, 8, 9]))
+    records = pd.DataFrame({"request_id": [8, 7, 9], "arrival_s": [0.186, 0.0, np.nan]})
+    timed, late = as_sent(wl, records, step_s=0.01)
+    # request 9 was never sent: its trace time 0.2 falls after 8's late send, kept in order
+    assert timed.arrival_s.tolist() == pytest.approx([0.0, 0.186, 0.2])
+    assert (late.num_sent, late.num_beyond_step) == (2, 1)
+    assert late.max_s == pytest.approx(0.086) and late.p50_s == pytest.approx(0.043)
+    assert "max 86.0 ms (1 later than one calibrated decode step of 10.0 ms)" in late.said()
+
+
 def test_a_replay_between_two_scrapes_shows_no_kv_figure(tmp_path: Path) -> None:
     """A replay whose work falls between the scrape before its first arrival and the one
     after its last finish (no --poll-period tick in between: on the CPU vLLM, a 0.6 s run at
