@@ -16,9 +16,11 @@ def coefficient_table(fit: FitResult, extra: tuple[tuple[str, float], ...] = ())
     """The fitted coefficients (seconds), one a row, then ``extra`` rows (the front-end
     overhead a calibration measures besides)."""
     m = fit.model
-    return render(("coefficient", "value"),
-                  [[name, getattr(m, name)] for name in COEFFICIENT_NAMES]
-                  + [[name, value] for name, value in extra])
+    return render(
+        ("coefficient", "value"),
+        [[name, getattr(m, name)] for name in COEFFICIENT_NAMES]
+        + [[name, value] for name, value in extra],
+    )
 
 
 def class_error_table(fit: FitResult) -> tuple[str, list[str]]:
@@ -30,16 +32,25 @@ def class_error_table(fit: FitResult) -> tuple[str, list[str]]:
     for r in fit.per_class().to_dict(orient="records"):
         cls = str(r["point_class"])
         exact = in_sample.get(cls, (0, False))[1]
-        rows.append([cls, r["num_points"], "exact fit" if exact else 100 * r["mape"],
-                     "-" if exact else 100 * r["max_abs_rel_error"],
-                     "-" if exact else 100 * r["mean_rel_error"]])
+        rows.append(
+            [
+                cls,
+                r["num_points"],
+                "exact fit" if exact else 100 * r["mape"],
+                "-" if exact else 100 * r["max_abs_rel_error"],
+                "-" if exact else 100 * r["mean_rel_error"],
+            ]
+        )
     lines = [
         f"{cls}: {n} point{'s' if n != 1 else ''}, no more than the {k} coefficients that reach "
-        f"{'them' if n != 1 else 'it'}: " + ("the fit passes through each exactly, so its error "
-                                             "tests nothing" if exact else
-                                             "its error is in-sample and tests little")
+        f"{'them' if n != 1 else 'it'}: "
+        + (
+            "the fit passes through each exactly, so its error tests nothing"
+            if exact
+            else "its error is in-sample and tests little"
+        )
         + " (more points of the class, or held-out ones, would)"
         for cls, (k, exact) in in_sample.items()
-        for n in [int((fit.table["point_class"] == cls).sum()) if cls != "all"
-                  else len(fit.table)]]
+        for n in [int((fit.table["point_class"] == cls).sum()) if cls != "all" else len(fit.table)]
+    ]
     return render(("points", "n", "MAPE %", "max |err| %", "bias %"), rows), lines

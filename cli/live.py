@@ -587,9 +587,8 @@ def calibrate_cmd(
     read_timeout: TimeoutOpt = 600.0,
     resume: CalResumeOpt = False,
 ) -> None:
-    """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
-    to a recorded run's latencies (--records, offline). An interrupted --url run keeps its
-    measurements beside --out; rerun it with --resume to measure only the rest."""
+    """Fit the cost model for simulate --cost-model: to a live server's step times (--url,
+    --resume after an interrupt), or to a recorded run's latencies (--records, offline)."""
     setup = _RecordedFlags(
         records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
         model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
@@ -607,9 +606,8 @@ def calibrate_cmd(
                 "--repeats": repeats != 3, "--retries": retries != 2, "--idle-gap": idle_gap != 0.5,
                 "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
                 "--decode-batches": decode_batches != "1,2,4,8,16,32",
-                "--context-tokens": context_tokens != "64,256,1024",
-                "--capacity-tokens": capacity_tokens is not None, "--resume": resume},
-                setup=setup, fit=fit)
+                "--context-tokens": context_tokens != "64,256,1024", "--resume": resume,
+                "--capacity-tokens": capacity_tokens is not None}, setup=setup, fit=fit)
         return
     with user_errors():
         if url is None:
@@ -623,12 +621,11 @@ def calibrate_cmd(
                                  retries=retries, idle_gap=idle_gap, max_num_seqs=max_num_seqs,
                                  max_num_batched_tokens=max_num_batched_tokens, seed=seed)
         target = _target(url, model, api_key, read_timeout)
-        kept = _kept_measurements(out, resume)
         _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
-        cal = _calibrate_with_bar(target, plan, capacity_tokens, out, kept)
+        cal = _calibrate_with_bar(target, plan, capacity_tokens, out,
+                                  _kept_measurements(out, resume))
         _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
                           kv_cache_dtype=kv_cache_dtype or "auto")
-        partial_path(out).unlink(missing_ok=True)  # its measurements are in --out now
     _print_calibration(cal, target, out)
 
 
@@ -811,11 +808,13 @@ def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: 
 
 def _save_calibration(cal: "Calibration", out: Path, gpu: str | None, *,
                       tensor_parallel_size: int, kv_cache_dtype: str) -> None:
-    """Write a live calibration's cost-model file, with what it was fitted on."""
+    """Write a live calibration's cost-model file, with what it was fitted on; the
+    measurements an interrupted run kept beside it are in it now: their file is removed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
                              tensor_parallel_size=tensor_parallel_size,
                              kv_cache_dtype=kv_cache_dtype))
+    partial_path(out).unlink(missing_ok=True)
 
 
 def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,

@@ -60,12 +60,19 @@ class CalibrationProgress:
                     raise ValueError(
                         f"{source}: its measurements were made with {key} {was!r}, this run has "
                         f"{now!r}: resume with the same server and flags, or delete the file "
-                        "to start over")
+                        "to start over"
+                    )
         self.server = dict(server)
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": PARTIAL_VERSION, "server": self.server, "done": self.done,
-                "samples": self.rows, "idle_ttft": self.idle, "notes": self.notes}
+        return {
+            "version": PARTIAL_VERSION,
+            "server": self.server,
+            "done": self.done,
+            "samples": self.rows,
+            "idle_ttft": self.idle,
+            "notes": self.notes,
+        }
 
     def save(self, path: Path) -> None:
         """Write atomically (a second Ctrl-C while writing leaves the old file whole)."""
@@ -83,13 +90,20 @@ class CalibrationProgress:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: not the measurements of a calibration ({exc})") from None
         if not isinstance(payload, dict) or payload.get("version") != PARTIAL_VERSION:
-            raise ValueError(f"{path}: not the measurements of a calibration (version "
-                             f"{PARTIAL_VERSION} expected)")
+            raise ValueError(
+                f"{path}: not the measurements of a calibration (version "
+                f"{PARTIAL_VERSION} expected)"
+            )
         try:
             done = [(str(k), int(n), int(s), int(r)) for k, n, s, r in payload["done"]]
-            return cls(rows=list(payload["samples"]), idle=list(payload["idle_ttft"]),
-                       notes=[str(n) for n in payload["notes"]], done=done,
-                       server=dict(payload["server"]))
+            return cls(
+                rows=list(payload["samples"]),
+                idle=list(payload["idle_ttft"]),
+                notes=[str(n) for n in payload["notes"]],
+                done=done,
+                server=dict(payload["server"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: not the measurements of a calibration (field "
-                             f"{exc})") from None
+            raise ValueError(
+                f"{path}: not the measurements of a calibration (field {exc})"
+            ) from None

@@ -37,24 +37,34 @@ class SentLate:
         """One line for the screen."""
         if self.num_sent == 0:
             return "the replay sent no request; nothing was simulated at a send time"
-        return (f"the replay sent its {self.num_sent:,} requests late after their trace times by "
-                f"p50 {1000 * self.p50_s:.1f} ms, max {1000 * self.max_s:.1f} ms "
-                f"({self.num_beyond_step:,} later than one calibrated decode step of "
-                f"{1000 * self.step_s:.1f} ms): the simulation takes the times they were sent, "
-                "what the server saw")
+        return (
+            f"the replay sent its {self.num_sent:,} requests late after their trace times by "
+            f"p50 {1000 * self.p50_s:.1f} ms, max {1000 * self.max_s:.1f} ms "
+            f"({self.num_beyond_step:,} later than one calibrated decode step of "
+            f"{1000 * self.step_s:.1f} ms): the simulation takes the times they were sent, "
+            "what the server saw"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"num_sent": self.num_sent, "p50_s": self.p50_s, "max_s": self.max_s,
-                "num_beyond_step": self.num_beyond_step, "step_s": self.step_s}
+        return {
+            "num_sent": self.num_sent,
+            "p50_s": self.p50_s,
+            "max_s": self.max_s,
+            "num_beyond_step": self.num_beyond_step,
+            "step_s": self.step_s,
+        }
 
 
-def as_sent(workload: Workload, records: pd.DataFrame, step_s: float
-            ) -> tuple[Workload, SentLate]:
+def as_sent(workload: Workload, records: pd.DataFrame, step_s: float) -> tuple[Workload, SentLate]:
     """``workload`` at the times the replay's ``records`` say each request was sent
     (``arrival_s`` by ``request_id``; a request without one keeps its trace time), and how late
     those were. The deadlines stay the trace's, as the live gateway took them."""
-    sent = (records.set_index("request_id")["arrival_s"].astype(float)
-            .reindex(workload.request_id).to_numpy(dtype=np.float64))
+    sent = (
+        records.set_index("request_id")["arrival_s"]
+        .astype(float)
+        .reindex(workload.request_id)
+        .to_numpy(dtype=np.float64)
+    )
     known = np.isfinite(sent)
     late = (sent - workload.arrival_s)[known]
     # the replay sends in trace order, so the sends are in order too; a request it never sent
@@ -63,5 +73,6 @@ def as_sent(workload: Workload, records: pd.DataFrame, step_s: float
     timed = replace(workload, arrival_s=np.maximum(arrival, 0.0))
     if not len(late):
         return timed, SentLate(0, 0.0, 0.0, 0, step_s)
-    return timed, SentLate(len(late), float(np.median(late)), float(late.max()),
-                           int((late > step_s).sum()), step_s)
+    return timed, SentLate(
+        len(late), float(np.median(late)), float(late.max()), int((late > step_s).sum()), step_s
+    )

@@ -824,6 +824,11 @@ def test_calibrate_command_keeps_an_interrupted_grid_for_resume(
     res = CliRunner().invoke(app, [*args, "--resume"])
     assert res.exit_code == 2
     assert f"error: --resume: no {partial} to go on from" in " ".join(res.stderr.split())
+    res = CliRunner().invoke(app, ["calibrate", "--records", str(tmp_path / "r.jsonl"),
+                                   "--out", str(tmp_path / "c2.json"), "--resume"])
+    assert res.exit_code == 2
+    assert res.stderr.strip().endswith("--resume applies to a live calibration (--url), not to "
+                                       "--records")
 
 
 def test_classes_with_no_more_points_than_coefficients_are_said() -> None:
