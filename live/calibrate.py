@@ -424,12 +424,16 @@ async def profile_async(
                          "kv_capacity_tokens": capacity, "max_model_len": info.max_model_len,
                          "plan": asdict(plan)}, resumed_from or "the kept measurements")
         prof = _Profiler(client, target, plan, clock)
+        resumed = [] if not kept.num_done else [
+            f"resumed: {kept.num_done} of the {len(points) * plan.repeats} grid measurements were "
+            f"made by an earlier, interrupted run ({resumed_from or 'kept'}): a change of the "
+            "server's speed between the two runs is in the fit"]
         await _measure_grid(prof, points, kept, on_point)
     samples = pd.DataFrame(kept.rows, columns=list(SAMPLE_COLUMNS))
     notes = list(kept.notes)
     _check_timed(samples, points, plan, notes)
     idle_ttft = pd.DataFrame(kept.idle, columns=["prompt_tokens", "repeat", "ttft_s"])
-    return samples, idle_ttft, info, [*left_out, *notes]
+    return samples, idle_ttft, info, [*left_out, *resumed, *notes]
 
 
 async def _measure_grid(prof: _Profiler, points: list[GridPoint], kept: CalibrationProgress,

@@ -733,6 +733,9 @@ def test_an_interrupted_calibration_keeps_its_work_and_resumes() -> None:
     resumed = rest.calibrate(plan, on_point=lambda p, d, t: seen.append(d),
                              progress=CalibrationProgress.load(_saved(kept)))
     assert seen == list(range(6, total + 1))  # only the rest, counted on from the kept
+    assert resumed.notes == [f"resumed: 5 of the {total} grid measurements were made by an "
+                             "earlier, interrupted run (kept): a change of the server's speed "
+                             "between the two runs is in the fit"]
     assert len(rest.bodies) < len(full_engine.bodies)
     keys = ["repeat", "kind", "num_seqs", "seq_len"]
     # the same steps timed at other virtual times: equal to float rounding
@@ -815,6 +818,9 @@ def test_calibrate_command_keeps_an_interrupted_grid_for_resume(
     assert (f"resuming: 3 grid measurements kept in {partial} are not made again"
             in " ".join(res.stderr.split()))
     assert cost.exists() and not partial.exists()
+    assert json.loads(cost.read_text())["calibration"]["notes"] == [
+        f"resumed: 3 of the 12 grid measurements were made by an earlier, interrupted run "
+        f"({partial}): a change of the server's speed between the two runs is in the fit"]
     assert json.loads(cost.read_text())["fit"]["num_samples"] == 6  # every point's median
     # the cut grid's 2 mixed points are fitted exactly by the 6 coefficients: said, not 0.00 %
     assert "mixed 2 exact fit - -" in " ".join(res.stdout.split())
