@@ -853,6 +853,54 @@ def test_classes_with_no_more_points_than_coefficients_are_said() -> None:
     assert in_sample_classes(table("decode", 3, 0.0)) == {}
 
 
+def test_a_server_that_stops_answering_keeps_the_grid_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server fails after 2 grid measurements: before, exit 1 and every measurement lost;
+    now they are kept beside --out for --resume, and said."""
+    from typer.testing import CliRunner
+
+    import kvbudget.cli.live as live_commands
+    from kvbudget.cli.main import app
+    from kvbudget.live.server import BackendUnavailable
+
+    def failing(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        kept = kwargs["progress"]
+        for rep in (0, 1):
+            kept.finish("prefill", 1, 16, rep)
+        raise BackendUnavailable("calibration request failed: connection refused")
+
+    monkeypatch.setattr(live_commands, "calibrate", failing)
+    cost = tmp_path / "cost.json"
+    res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--out",
+                                   str(cost), "--max-num-seqs", "8",
+                                   "--max-num-batched-tokens", "2048"])
+    assert res.exit_code == 1
+    assert " ".join(res.stderr.split()).endswith(
+        "error: calibration request failed: connection refused; the 2 finished are kept in "
+        f"{tmp_path / 'cost.partial.json'}; {cost} is fitted and written once the whole grid "
+        "is measured: rerun the same command with --resume to measure only the rest")
+    assert CalibrationProgress.load(tmp_path / "cost.partial.json").num_done == 2
+
+
+def test_a_damaged_partial_file_is_one_line(tmp_path: Path) -> None:
+    """--resume with a partial file that is not one (cut JSON, another version, a field of
+    the wrong type): one line naming the file, exit 2, before the server is asked."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    cost, partial = tmp_path / "cost.json", tmp_path / "cost.partial.json"
+    for text, said in (('{"version": 1, "done"', "not the measurements of a calibration ("),
+                       ('{"version": 9}', "not the measurements of a calibration (version 1 "),
+                       ('{"version": 1, "done": [[1]], "samples": [], "idle_ttft": [], '
+                        '"notes": [], "server": {}}', "not the measurements of a calibration (")):
+        partial.write_text(text)
+        res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--out",
+                                       str(cost), "--resume"])
+        assert res.exit_code == 2, res.output
+        assert f"error: {partial}: {said}" in " ".join(res.stderr.split()), res.stderr
+
+
 def test_an_interrupt_before_any_measurement_writes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C before the first grid measurement finished: nothing to keep, said so."""
