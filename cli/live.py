@@ -17,6 +17,7 @@ import typer
 from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
+from kvbudget.cli.fit_tables import class_error_table, coefficient_table
 from kvbudget.cli.help_text import POLICY_NAMES
 from kvbudget.cli.options import (
     ClientsOpt,
@@ -30,6 +31,7 @@ from kvbudget.cli.options import (
 from kvbudget.cli.progress import Bar
 from kvbudget.cli.tables import render, render_summaries
 from kvbudget.live.calibrate import CalibrationFailed, CalibrationPlan, calibrate
+from kvbudget.live.calibrate_partial import CalibrationProgress, partial_path
 from kvbudget.live.openai_client import ServerTarget, redact_url
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay_async, scale_time
 from kvbudget.live.server import BackendUnavailable
@@ -60,8 +62,9 @@ from kvbudget.workloads.traces.load import trace_seed
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.live.calibrate import Calibration, SpeedCheck
+    from kvbudget.live.calibrate import Calibration
     from kvbudget.live.replay import ReplayOutcome
+    from kvbudget.live.validate import LiveValidationRun
     from kvbudget.policies import BasePolicy, FrontDoor, TierConfig
     from kvbudget.policies.clients import ClientModel
     from kvbudget.studies.validate import LiveComparison
@@ -227,6 +230,9 @@ DecodeBatchesOpt = Annotated[str, typer.Option(
 ContextTokensOpt = Annotated[str, typer.Option(
     "--context-tokens", help="Context lengths of the decode streams.")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", help="Repeats per grid point.")]
+CalResumeOpt = Annotated[bool, typer.Option(
+    "--resume", help="Go on from the measurements an interrupted calibrate --url kept beside "
+    "--out (OUT.partial.json): measure only the rest, then fit and write --out.")]
 RetriesOpt = Annotated[int, typer.Option(
     "--retries", help="More tries, within a repeat, for a grid point the streams could not "
     "time (its chunks late on a loaded machine).")]
@@ -579,9 +585,10 @@ def calibrate_cmd(
     max_num_batched_tokens: BatchedOpt = None,
     capacity_tokens: CapacityOpt = None,
     read_timeout: TimeoutOpt = 600.0,
+    resume: CalResumeOpt = False,
 ) -> None:
-    """Fit the cost model for simulate --cost-model: to a live server's step times (--url), or
-    to a recorded run's latencies (--records, offline)."""
+    """Fit the cost model for simulate --cost-model: to a live server's step times (--url,
+    --resume after an interrupt), or to a recorded run's latencies (--records, offline)."""
     setup = _RecordedFlags(
         records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
         model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
@@ -599,7 +606,7 @@ def calibrate_cmd(
                 "--repeats": repeats != 3, "--retries": retries != 2, "--idle-gap": idle_gap != 0.5,
                 "--prefill-tokens": prefill_tokens != "16,64,128,256,512,1024,2048",
                 "--decode-batches": decode_batches != "1,2,4,8,16,32",
-                "--context-tokens": context_tokens != "64,256,1024",
+                "--context-tokens": context_tokens != "64,256,1024", "--resume": resume,
                 "--capacity-tokens": capacity_tokens is not None}, setup=setup, fit=fit)
         return
     with user_errors():
@@ -615,10 +622,30 @@ def calibrate_cmd(
                                  max_num_batched_tokens=max_num_batched_tokens, seed=seed)
         target = _target(url, model, api_key, read_timeout)
         _say_batch_limits_assumed(plan, max_num_seqs, max_num_batched_tokens, out)
-        cal = _calibrate_with_bar(target, plan, capacity_tokens, out)
+        cal = _calibrate_with_bar(target, plan, capacity_tokens, out,
+                                  _kept_measurements(out, resume))
         _save_calibration(cal, out, gpu, tensor_parallel_size=tensor_parallel_size or 1,
                           kv_cache_dtype=kv_cache_dtype or "auto")
     _print_calibration(cal, target, out)
+
+
+def _kept_measurements(out: Path, resume: bool) -> CalibrationProgress:
+    """The measurements an interrupted ``calibrate --url`` kept beside ``out``, with
+    ``--resume`` (said on stderr); refused without it, so that none is lost or reused unsaid."""
+    partial = partial_path(out)
+    check_out_file(partial, "--out")
+    if not resume:
+        if partial.exists():
+            raise CliError(f"{partial} holds the measurements of an interrupted calibration: "
+                           "give --resume to go on from them, or delete it to start over")
+        return CalibrationProgress()
+    if not partial.exists():
+        raise CliError(f"--resume: no {partial} to go on from (an interrupted calibrate --url "
+                       f"--out {out} keeps its measurements there)")
+    kept = CalibrationProgress.load(partial)
+    typer.echo(f"resuming: {kept.num_done} grid measurements kept in {partial} are not made "
+               "again (the server and the plan are checked against theirs)", err=True)
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -781,11 +808,13 @@ def _calibration_plan(prefill_tokens: str, decode_batches: str, context_tokens: 
 
 def _save_calibration(cal: "Calibration", out: Path, gpu: str | None, *,
                       tensor_parallel_size: int, kv_cache_dtype: str) -> None:
-    """Write a live calibration's cost-model file, with what it was fitted on."""
+    """Write a live calibration's cost-model file, with what it was fitted on; the
+    measurements an interrupted run kept beside it are in it now: their file is removed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.save(out, _fitted_on(cal.model, gpu, cal.info.model, out,
                              tensor_parallel_size=tensor_parallel_size,
                              kv_cache_dtype=kv_cache_dtype))
+    partial_path(out).unlink(missing_ok=True)
 
 
 def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
@@ -802,51 +831,59 @@ def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
 
 
 def _calibrate_with_bar(target: "ServerTarget", plan: "CalibrationPlan",
-                        capacity_tokens: int | None, out: Path) -> "Calibration":
-    """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar; a server that fails it
-    exits with code 1, Ctrl-C with 130, saying that ``out`` was not written."""
+                        capacity_tokens: int | None, out: Path, kept: CalibrationProgress
+                        ) -> "Calibration":
+    """:func:`~kvbudget.live.calibrate.calibrate` with a progress bar, going on from ``kept``;
+    a server that fails it exits with code 1, Ctrl-C with 130, each keeping the grid
+    measurements made so far beside ``out`` for ``--resume``."""
     bar: Any = None
-    progress = [0, 0]  # grid measurements done, of
+    progress = [kept.num_done, 0]  # grid measurements done, of
+    resumed = str(partial_path(out)) if kept.done else None
 
     def on_point(point: Any, done: int, total: int) -> None:
         nonlocal bar
         if bar is None:  # a terminal's bar; elsewhere (CI) a line every LINE_EVERY_S
             bar = Bar("calibrate", total, "point", lines_from=1)
+            bar.update(done - 1)
         bar.update(1)
         progress[:] = [done, total]
 
     try:
-        return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point)
-    except (BackendUnavailable, CalibrationFailed) as exc:
+        return calibrate(target, plan, capacity_tokens=capacity_tokens, on_point=on_point,
+                         progress=kept, resumed_from=resumed)
+    except BackendUnavailable as exc:
+        raise CliError(f"{exc}; {_keep_partial(kept, out)}", 1) from None
+    except CalibrationFailed as exc:
         raise CliError(str(exc), 1) from None
     except KeyboardInterrupt:
         done, total = progress
-        raise CliError(
-            f"interrupted after {done} of {total or 'the'} grid measurements: calibrate fits "
-            f"and writes {out} once the whole grid is measured, so nothing was written (fewer "
-            "--repeats or a smaller grid take less time)", 130) from None
+        raise CliError(f"interrupted after {done} of {total or 'the'} grid measurements; "
+                       f"{_keep_partial(kept, out)}", 130) from None
     finally:
         if bar is not None:
             bar.close()
 
 
+def _keep_partial(kept: CalibrationProgress, out: Path) -> str:
+    """Write the measurements made so far beside ``out``; what to say of them."""
+    if not kept.done:
+        return f"none was finished, so nothing was written ({out} neither)"
+    partial = partial_path(out)
+    kept.save(partial)
+    return (f"the {kept.num_done} finished are kept in {partial}; {out} is fitted and written "
+            "once the whole grid is measured: rerun the same command with --resume to measure "
+            "only the rest")
+
+
 def _print_calibration(cal: "Calibration", target: "ServerTarget", out: Path) -> None:
     """The coefficients and the per-class fit errors ``calibrate --url`` prints."""
-    m = cal.model
     typer.echo(f"fitted on {cal.fit.num_samples} grid points of {cal.info.model} at "
                f"{target.base_url}")
-    typer.echo(render(("coefficient", "value"), [
-        ["intercept_s", m.intercept_s], ["per_prefill_token_s", m.per_prefill_token_s],
-        ["per_decode_seq_s", m.per_decode_seq_s], ["per_context_token_s", m.per_context_token_s],
-        ["per_prefill_attention_s", m.per_prefill_attention_s],
-        ["per_prefill_seq_s", m.per_prefill_seq_s],
-        ["frontend_overhead_s", cal.frontend_overhead_s],
-    ]))
-    per_class = cal.fit.per_class()
-    typer.echo(render(("points", "n", "MAPE %", "max |err| %", "bias %"), [
-        [r["point_class"], r["num_points"], 100 * r["mape"], 100 * r["max_abs_rel_error"],
-         100 * r["mean_rel_error"]] for r in per_class.to_dict(orient="records")
-    ]))
+    typer.echo(coefficient_table(cal.fit, (("frontend_overhead_s", cal.frontend_overhead_s),)))
+    table, in_sample = class_error_table(cal.fit)
+    typer.echo(table)
+    for line in in_sample:
+        typer.echo(fill(f"note: {line}"), err=True)
     for note in cal.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out}")
@@ -923,14 +960,14 @@ def validate_cmd(
                            "--records (a recorded run)")
         _refuse_records_only("a live validation", {**setup.given(), **fit.given()}, used=(
             "--cost-model", "--policy", "--param", "--scenario", "--tier", "--max-output"))
-        outcome, checks, overhead = _validate_live(
+        outcome, run, overhead = _validate_live(
             url, trace, cost_model, out, speed_check=speed_check, correct_drift=correct_drift,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             server=(model, api_key, read_timeout), gateway=(scenario, policy, params),
             trace_format=trace_format, tier=tier, time_scale=time_scale, max_output=max_output,
             capacity_tokens=capacity_tokens, max_in_flight=max_in_flight, seed=seed,
             poll_period=poll_period, lease_ttl=lease_ttl, async_scheduling=async_scheduling)
-    _print_live_validation(outcome, checks, overhead=overhead, speed_check=speed_check,
+    _print_live_validation(outcome, run, overhead=overhead, speed_check=speed_check,
                            out=out, max_error=max_error, async_scheduling=async_scheduling)
 
 
@@ -942,7 +979,7 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
                    max_output: int | None, capacity_tokens: int | None, max_in_flight: int,
                    seed: int, poll_period: float, lease_ttl: float | None,
                    async_scheduling: bool = True
-                   ) -> "tuple[LiveComparison, tuple[SpeedCheck | None, SpeedCheck | None], float]":
+                   ) -> "tuple[LiveComparison, LiveValidationRun, float]":
     """``validate --url``: replay the trace on the server (with speed checks), simulate it with
     the calibrated model and compare; the comparison, the speed checks and the front-end
     overhead the simulation added. ``server``: the served model, the API key and the read
@@ -954,6 +991,8 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
         raise CliError("--correct-drift needs the speed checks (drop --no-speed-check)")
     cal = load_live_cost_model(cost_model, max_num_seqs=max_num_seqs,
                                max_num_batched_tokens=max_num_batched_tokens)
+    for line in cal.warnings:  # a fit at a bound or outside its range: said as everywhere
+        typer.echo(f"warning: {line}", err=True)
     overhead = cal.frontend_overhead_s
     target = _target(url, *server)
     setup = gateway_setup(*gateway)
@@ -1001,11 +1040,10 @@ def _validate_live(url: str, trace: Path, cost_model: Path, out: Path, *, speed_
     typer.echo(fill(simulated_engine_line(info, cal)))
     for line in setting_lines([run.live.summary]):  # what the server did (said) or the replay
         typer.echo(line)  # assumed, as replay prints them: outputs cut at the context, ...
-    return outcome, run.checks, overhead
+    return outcome, run, overhead
 
 
-def _print_live_validation(outcome: "LiveComparison",
-                           checks: "tuple[SpeedCheck | None, SpeedCheck | None]", *,
+def _print_live_validation(outcome: "LiveComparison", run: "LiveValidationRun", *,
                            overhead: float, speed_check: bool, out: Path,
                            max_error: float | None, async_scheduling: bool) -> None:
     """The tables and lines ``validate --url`` prints, the scheduling it assumed first; exit 1
@@ -1034,9 +1072,12 @@ def _print_live_validation(outcome: "LiveComparison",
         typer.echo(fill(line))
     typer.echo(f"simulated times include the calibrated front-end overhead of "
                f"{1000 * overhead:.1f} ms per request")
+    if outcome.sent_late is not None:
+        typer.echo(fill(outcome.sent_late.said()))
     if speed_check:
-        said = ["not timed" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f} vs "
-                f"{1000 * c.predicted_s:.2f} ms)" for c in checks]
+        said = [f"not timed ({why})" if c is None else f"{pct(c.drift)} ({1000 * c.measured_s:.2f}"
+                f" vs {1000 * c.predicted_s:.2f} ms)"
+                for c, why in zip(run.checks, run.untimed_why, strict=True)]
         typer.echo(f"decode step now vs the calibration: before the replay {said[0]}, after "
                    f"{said[1]}; a drift beyond a few percent means the server's speed moved "
                    "since the calibration, and the comparison carries that")

@@ -2,12 +2,14 @@
 (turn a profile table into a cost-model file for ``simulate --cost-model``)."""
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, fail, user_errors
+from kvbudget.cli.fit_tables import class_error_table, coefficient_table
 from kvbudget.live.profiler import (
     ProfileGrid,
     ProfileRun,
@@ -30,6 +32,7 @@ from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.perf.step_time import VllmStepModel
+from kvbudget.results.said import fill
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,10 +107,13 @@ def _print_report(profile: "Profile", fit: "FitResult", roofline: Any,
             line += f" {_fmt_ms(float(roof['predicted_s'])):>11} {roof['rel_error'] * 100:10.1f}"
         typer.echo(line)
     typer.echo("")
-    typer.echo(f"fit: {fit.model.describe()}")
     typer.echo(f"fit error: MAPE {fit.mape * 100:.2f}%, max |error| "
-               f"{fit.max_abs_rel_error * 100:.2f}% over {fit.num_samples} grid points")
-    _print_summary("fit", summarize_errors(fit.table))
+               f"{fit.max_abs_rel_error * 100:.2f}% over {fit.num_samples} grid points; the fit:")
+    table, in_sample = class_error_table(fit)
+    for block in (coefficient_table(fit), table):  # indented: not read as the points' rows
+        typer.echo(textwrap.indent(block, "  "))
+    for line in in_sample:
+        typer.echo(fill(f"note: {line}"), err=True)
     if roofline_points is not None:
         typer.echo(f"default step model ({roofline.describe()['kind']}) {roofline.gpu.name} + "
                    f"{roofline.model.name} against the same points:")

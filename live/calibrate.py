@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from kvbudget.live.calibrate_partial import CalibrationProgress
 from kvbudget.live.openai_client import ServerTarget, StreamResult, stream_completion
 from kvbudget.live.replay import prompt_token_ids
 from kvbudget.live.server import BackendUnavailable, ServerInfo, discover, with_model
@@ -212,6 +213,8 @@ class _Profiler:
         self.plan = plan
         self.clock = clock
         self._next_id = 0
+        self.last_miss = ""
+        """Why the last :meth:`decode_step` that returned None could not time a step."""
 
     def _prompt(self, length: int) -> list[int]:
         self._next_id += 1
@@ -271,17 +274,25 @@ class _Profiler:
         end = min(r.chunk_s[-1] for r in results)
         steps: list[float] = []
         contexts: list[float] = []
+        merged = 0
         for r in results:
             idx = [i for i, t in enumerate(r.chunk_s) if start <= t <= end]
             if len(idx) < 2:
                 continue
             i0, i1 = idx[0], idx[-1]
             tokens = r.chunk_tokens[i1] - r.chunk_tokens[i0]
+            if tokens >= 4 and merged_fraction(r.chunk_tokens[i0:i1 + 1]) > MAX_MERGED:
+                merged += 1
             if tokens < 4 or merged_fraction(r.chunk_tokens[i0:i1 + 1]) > MAX_MERGED:
                 continue  # too short, or the chunks' times are not the steps' times
             steps.append((r.chunk_s[i1] - r.chunk_s[i0]) / tokens)
             contexts.append(c + (r.chunk_tokens[i0] + r.chunk_tokens[i1]) / 2 + 1)
         if not steps:
+            self.last_miss = (
+                f"the tokens of {merged} of its {n} streams came in bursts (over "
+                f"{MAX_MERGED:.0%} of chunks with several tokens: the API server fell behind "
+                "the engine)" if merged else
+                f"its {n} streams did not decode together for 4 tokens")
             return None
         return statistics.median(steps), statistics.mean(contexts)
 
@@ -366,8 +377,15 @@ async def profile_async(
     on_point: Callable[[GridPoint, int, int], None] | None = None,
     clock: Callable[[], float] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    progress: CalibrationProgress | None = None,
+    resumed_from: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, ServerInfo, list[str]]:
     """Measure the grid; return (step samples, idle TTFT per prompt size, server info, notes).
+
+    ``progress``: the measurements made so far (those kept by an interrupted run, read from
+    the file ``resumed_from``; ValueError when they were made on another server or plan): the
+    grid measurements it holds are not made again, and each one finished is added to it, so
+    that whoever catches an interrupt can keep them.
 
     ``on_point(point, done, total)`` reports progress (``total`` counts every repeat).
     ``clock`` (seconds; ``time.perf_counter`` from the start by default) times every chunk;
@@ -401,35 +419,57 @@ async def profile_async(
                 f"no prefill or no decode point of the plan fits the server (KV capacity "
                 f"{capacity} tokens, max_model_len {info.max_model_len}): " + "; ".join(left_out)
             )
+        kept = progress if progress is not None else CalibrationProgress()
+        kept.check_same({"url": target.base_url, "model": info.model,
+                         "kv_capacity_tokens": capacity, "max_model_len": info.max_model_len,
+                         "plan": asdict(plan)}, resumed_from or "the kept measurements")
         prof = _Profiler(client, target, plan, clock)
+        resumed = [] if not kept.num_done else [
+            f"resumed: {kept.num_done} of the {len(points) * plan.repeats} grid measurements were "
+            f"made by an earlier, interrupted run ({resumed_from or 'kept'}): a change of the "
+            "server's speed between the two runs is in the fit"]
+        await _measure_grid(prof, points, kept, on_point)
+    samples = pd.DataFrame(kept.rows, columns=list(SAMPLE_COLUMNS))
+    notes = list(kept.notes)
+    _check_timed(samples, points, plan, notes)
+    idle_ttft = pd.DataFrame(kept.idle, columns=["prompt_tokens", "repeat", "ttft_s"])
+    return samples, idle_ttft, info, [*left_out, *resumed, *notes]
+
+
+async def _measure_grid(prof: _Profiler, points: list[GridPoint], kept: CalibrationProgress,
+                        on_point: Callable[[GridPoint, int, int], None] | None) -> None:
+    """Measure every (point, repeat) not yet in ``kept``, adding each to it once finished (an
+    interrupt then loses only the measurement under way)."""
+    plan = prof.plan
+    if kept.num_done < len(points) * plan.repeats:
         for _ in range(plan.warmup):
             await prof.stream(BACKGROUND_PROMPT, 16)
-        rows: list[dict[str, Any]] = []
-        idle: list[dict[str, Any]] = []
-        total = len(points) * plan.repeats
-        done = 0
-        # round after round over the whole grid: a change in the machine's load during the
-        # calibration then spreads over every point instead of skewing a few of them
-        for rep in range(plan.repeats):
-            for point in points:
-                if point.kind == "prefill":
-                    idle.append({"prompt_tokens": point.seq_len, "repeat": rep,
-                                 "ttft_s": await prof.idle_ttft(point.seq_len)})
-                for attempt in range(1 + plan.retries):
-                    row = await _measure(prof, point, rep)
-                    if row is not None:
-                        rows.append(row)
-                        break
-                    what = ("stall not seen" if point.kind == "prefill" else "no overlap")
-                    notes.append(f"{_point_name(point)}: {what} (repeat {rep}, try "
-                                 f"{attempt + 1})")
-                done += 1
-                if on_point is not None:
-                    on_point(point, done, total)
-    samples = pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
-    _check_timed(samples, points, plan, notes)
-    idle_ttft = pd.DataFrame(idle, columns=["prompt_tokens", "repeat", "ttft_s"])
-    return samples, idle_ttft, info, [*left_out, *notes]
+    total = len(points) * plan.repeats
+    # round after round over the whole grid: a change in the machine's load during the
+    # calibration then spreads over every point instead of skewing a few of them
+    for rep in range(plan.repeats):
+        for point in points:
+            key = (point.kind, point.num_seqs, point.seq_len, rep)
+            if kept.is_done(*key):
+                continue
+            idle = None
+            if point.kind == "prefill":
+                idle = {"prompt_tokens": point.seq_len, "repeat": rep,
+                        "ttft_s": await prof.idle_ttft(point.seq_len)}
+            rows, notes = [], []
+            for attempt in range(1 + plan.retries):
+                row = await _measure(prof, point, rep)
+                if row is not None:
+                    rows.append(row)
+                    break
+                what = ("stall not seen" if point.kind == "prefill" else "no overlap")
+                notes.append(f"{_point_name(point)}: {what} (repeat {rep}, try {attempt + 1})")
+            kept.rows.extend(rows)
+            kept.idle.extend([idle] if idle is not None else [])
+            kept.notes.extend(notes)
+            kept.finish(*key)
+            if on_point is not None:
+                on_point(point, kept.num_done, total)
 
 
 def _check_timed(samples: pd.DataFrame, points: list[GridPoint], plan: CalibrationPlan,
@@ -502,19 +542,24 @@ def _profiling_target(target: ServerTarget, info: ServerInfo) -> ServerTarget:
 
 async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num_seqs: int = 4,
                             seq_len: int = 64, tokens: int = 48, repeats: int = 3,
-                            seed: int = 1, info: ServerInfo | None = None
+                            seed: int = 1, info: ServerInfo | None = None,
+                            misses: list[str] | None = None,
+                            clock: Callable[[], float] | None = None,
+                            transport: httpx.AsyncBaseTransport | None = None
                             ) -> SpeedCheck | None:
     """Time ``repeats`` decode steps of ``num_seqs`` streams (median) as ``calibrate`` does and
     compare with ``model``; None when no repeat could be timed. Takes a few seconds. ``info``:
-    the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given)."""
+    the server as :func:`~kvbudget.live.server.discover` found it (asked again when not given);
+    ``misses``: gets why each repeat that could not be timed was not; ``clock`` and
+    ``transport`` as in :func:`profile_async`."""
     t0 = time.perf_counter()
     plan = CalibrationPlan(seed=seed)
-    async with httpx.AsyncClient(timeout=target.timeout(),
+    async with httpx.AsyncClient(timeout=target.timeout(), transport=transport,
                                  limits=httpx.Limits(max_connections=num_seqs + 4)) as client:
         if info is None:
             info = await discover(client, target)
         target = _profiling_target(target, info)
-        prof = _Profiler(client, target, plan, lambda: time.perf_counter() - t0)
+        prof = _Profiler(client, target, plan, clock or (lambda: time.perf_counter() - t0))
         steps: list[float] = []
         contexts: list[float] = []
         for _ in range(repeats):
@@ -522,6 +567,8 @@ async def speed_check_async(target: ServerTarget, model: LinearCostModel, *, num
             if got is not None:
                 steps.append(got[0])
                 contexts.append(got[1])
+            elif misses is not None:
+                misses.append(prof.last_miss)
     if not steps:
         return None
     ctx = statistics.median(contexts)
@@ -537,11 +584,14 @@ def calibrate(
     on_point: Callable[[GridPoint, int, int], None] | None = None,
     clock: Callable[[], float] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    progress: CalibrationProgress | None = None,
+    resumed_from: str | None = None,
 ) -> Calibration:
     """Profile the live server and fit the cost model (runs its own event loop);
-    ``clock`` and ``transport`` as in :func:`profile_async`."""
+    ``clock``, ``transport``, ``progress`` and ``resumed_from`` as in :func:`profile_async`."""
     samples, idle, info, notes = asyncio.run(
         profile_async(target, plan, capacity_tokens=capacity_tokens, on_point=on_point,
-                      clock=clock, transport=transport)
+                      clock=clock, transport=transport, progress=progress,
+                      resumed_from=resumed_from)
     )
     return fit_calibration(samples, idle, info, plan, target.base_url, notes)

@@ -14,7 +14,6 @@ then hands ``run``'s figures to :func:`kvbudget.studies.validate.compare_live_va
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,8 @@ from kvbudget.live.calibrate import SpeedCheck, speed_check_async
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayOutcome
 from kvbudget.live.server import BackendUnavailable, ServerInfo, discover
-from kvbudget.perf.cost_model import LinearCostModel, load_cost_model, read_frontend_overhead
+from kvbudget.perf.cost_model import LinearCostModel, read_cost_file
+from kvbudget.perf.fitted_on import warned_said
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +40,29 @@ class LiveCostModel:
     max_num_batched_tokens: int
     limits_from: str = ""
     """Where the batch limits came from, as a line says it (:func:`simulated_engine_line`)."""
+    warnings: tuple[str, ...] = ()
+    """What the file's calibration warned of (``calibration.warnings``), one line as every
+    command that loads a cost file says it (:func:`~kvbudget.perf.fitted_on.warned_said`)."""
 
 
 def load_live_cost_model(path: Path, *, max_num_seqs: int | None = None,
                          max_num_batched_tokens: int | None = None) -> LiveCostModel:
     """Read ``path``; ValueError (naming it) unless it holds a linear cost model. The batch
     limits default to the calibration plan's, else 256 and 2048 (``CalibrationPlan``'s)."""
-    loaded = load_cost_model(path)
+    read = read_cost_file(path)  # validates the file, its calibration.warnings too
+    loaded = read.model
     if not isinstance(loaded, LinearCostModel):
         raise ValueError(f"{path}: a live validate needs a linear cost model (kvbudget "
                          "calibrate --url writes one); validate a recorded run with --records")
-    overhead = read_frontend_overhead(path)
-    plan = json.loads(path.read_text()).get("calibration", {}).get("plan", {})
+    overhead = read.frontend_overhead_s
+    plan = read.payload.get("calibration", {}).get("plan", {})
     return LiveCostModel(
         model=loaded, frontend_overhead_s=overhead,
         max_num_seqs=max_num_seqs or int(plan.get("max_num_seqs", 256)),
         max_num_batched_tokens=max_num_batched_tokens
         or int(plan.get("max_num_batched_tokens", 2048)),
-        limits_from=_limits_from(path, plan, max_num_seqs, max_num_batched_tokens))
+        limits_from=_limits_from(path, plan, max_num_seqs, max_num_batched_tokens),
+        warnings=warned_said(path, read.warned))
 
 
 def _limits_from(path: Path, plan: dict[str, Any], max_num_seqs: int | None,
@@ -134,6 +139,8 @@ class LiveValidationRun:
     info: ServerInfo
     checks: tuple[SpeedCheck | None, SpeedCheck | None]
     speed_checked: bool
+    untimed_why: tuple[str, str] = ("", "")
+    """Why a speed check (before, after) could not be timed ('' where it was, or was off)."""
 
     @property
     def block_size(self) -> int:
@@ -169,14 +176,21 @@ def run_live_validation(target: ServerTarget, model: LinearCostModel, info: Serv
     ``replay`` (e.g. ``lambda: asyncio.run(replay_async(...))``; the command's adds a progress
     bar), time it again. :class:`SpeedCheckFailed` when the server fails a check."""
 
+    untimed: list[str] = []
+
     def check() -> SpeedCheck | None:
         if not speed_check:
+            untimed.append("")
             return None
         n = max(1, min(4, num_seqs))
+        misses: list[str] = []
         try:
-            return asyncio.run(speed_check_async(target, model, num_seqs=n, info=info))
+            got = asyncio.run(speed_check_async(target, model, num_seqs=n, info=info,
+                                                misses=misses))
         except BackendUnavailable as exc:
             raise SpeedCheckFailed(f"speed check: {exc}") from exc
+        untimed.append("" if got is not None else untimed_said(misses))
+        return got
 
     before = check()
     live = replay()
@@ -191,4 +205,12 @@ def run_live_validation(target: ServerTarget, model: LinearCostModel, info: Serv
                                by_gateway=not len(errors))
     after = check()
     return LiveValidationRun(live=live, info=info, checks=(before, after),
-                             speed_checked=speed_check)
+                             speed_checked=speed_check, untimed_why=(untimed[0], untimed[1]))
+
+
+def untimed_said(misses: list[str]) -> str:
+    """Why a speed check timed none of its repeats: each distinct reason, with how many
+    repeats it stopped."""
+    counted = {why: misses.count(why) for why in dict.fromkeys(misses)}
+    return "; ".join(f"{why} ({k} of {len(misses)} tries)" if len(counted) > 1 else
+                     f"in none of its {len(misses)} tries: {why}" for why, k in counted.items())

@@ -230,6 +230,29 @@ def summarize_errors(errors: pd.DataFrame) -> pd.DataFrame:
                                        "mean_rel_error"])
 
 
+EXACT_REL_ERROR = 1e-6
+"""Below this largest relative error a class of points is fitted exactly (its MAPE prints as
+0.00 %)."""
+
+
+def in_sample_classes(errors: pd.DataFrame) -> dict[str, tuple[int, bool]]:
+    """The point classes (and ``all``) of a fit's ``table`` with no more points than the
+    coefficients that reach them (the intercept and each feature non-zero in one of them):
+    the fit can pass through every one of them, so their errors test nothing. Per class: the
+    number of those coefficients, and whether the fit is exact there (largest relative error
+    under :data:`EXACT_REL_ERROR`)."""
+    groups = [(cls, errors[errors["point_class"] == cls]) for cls in POINT_CLASSES]
+    out: dict[str, tuple[int, bool]] = {}
+    for cls, part in [*groups, ("all", errors)]:
+        if part.empty:
+            continue
+        k = 1 + sum(1 for f in FEATURES if bool((part[f] != 0).any()))
+        if len(part) <= k:
+            worst = float(np.abs(part["rel_error"].to_numpy(dtype=np.float64)).max())
+            out[cls] = (k, worst < EXACT_REL_ERROR)
+    return out
+
+
 def roofline_error(table: pd.DataFrame, cost_model: CostModel) -> pd.DataFrame:
     """How far a cost model (typically a :class:`kvbudget.perf.roofline.RooflineCostModel`) is from
     measured steps, per point class (``prefill``, ``decode``, ... and ``all``).

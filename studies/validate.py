@@ -57,6 +57,7 @@ from kvbudget.studies.recorded_replay import (
     simulate_stages,
     stage_plans,
 )
+from kvbudget.studies.sent_times import SentLate, as_sent
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.workloads import Workload
 
@@ -376,6 +377,8 @@ class LiveComparison:
     validation: Validation
     drift_factor: float | None = None
     drift_corrected: Validation | None = None
+    sent_late: SentLate | None = None
+    """How late the replay sent its requests (the simulation took the times sent), when it did."""
 
     def checked(self) -> Validation:
         """What ``--max-error`` applies to: the drift-corrected comparison when there is one."""
@@ -461,7 +464,7 @@ def compare_live_validation(workload: Workload, new_policy: Callable[[], BasePol
                             drift_factor: float | None = None,
                             source: Mapping[str, Any] | None = None,
                             speed_check: Mapping[str, Any] | None = None,
-                            title: str = "") -> LiveComparison:
+                            title: str = "", at_sent_times: bool = True) -> LiveComparison:
     """:func:`compare_live_run` on the configuration a live server reported: its KV blocks
     (``num_gpu_blocks`` of ``block_size`` tokens, as :func:`kvbudget.live.validate.\
 discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and front-end
@@ -470,7 +473,10 @@ discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and
     default on GPUs; a CPU vLLM runs without it). ``enable_prefix_caching``: the server's, as its
     ``/metrics`` tells it (None: vLLM's default, on); a server run with
     ``--no-enable-prefix-caching`` shares no KV between prompts, and neither does the simulation.
-    ``validation.json`` records ``source`` (e.g. trace, url), the engine and ``speed_check``."""
+    ``validation.json`` records ``source`` (e.g. trace, url), the engine and ``speed_check``.
+    ``at_sent_times``: simulate each request at the time the replay sent it (the live records'
+    ``arrival_s``: what the server saw; :func:`~kvbudget.studies.sent_times.as_sent`) rather
+    than at its trace time; ``validation.json``'s ``sent_late`` says how late the sends were."""
     config = SimConfig(
         engine=EngineConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                             max_num_seqs=max_num_seqs,
@@ -488,6 +494,12 @@ discover_kv_server` finds them), the calibrated batch limits, ``cost_model`` and
                        "async_scheduling": async_scheduling,
                        "enable_prefix_caching": enable_prefix_caching},
             "speed_check": dict(speed_check or {})}
-    return compare_live_run(workload, new_policy, config, live, out,
-                            capacity_tokens=capacity_tokens or num_gpu_blocks * block_size,
-                            drift_factor=drift_factor, meta=meta, title=title)
+    late = None
+    if at_sent_times:
+        step_s = float(cost_model.step_time(0.0, 1.0, 0.0, 0.0, 0.0))
+        workload, late = as_sent(workload, live.records, step_s)
+        meta["sent_late"] = late.to_dict()
+    outcome = compare_live_run(workload, new_policy, config, live, out,
+                               capacity_tokens=capacity_tokens or num_gpu_blocks * block_size,
+                               drift_factor=drift_factor, meta=meta, title=title)
+    return replace(outcome, sent_late=late)

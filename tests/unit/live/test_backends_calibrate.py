@@ -28,7 +28,7 @@ import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -46,14 +46,18 @@ from kvbudget.live.calibrate import (
     left_out_points,
     median_samples,
     plan_points,
+    speed_check_async,
 )
+from kvbudget.live.calibrate_partial import CalibrationProgress
 from kvbudget.live.openai_client import ServerTarget
+from kvbudget.live.validate import untimed_said
 from kvbudget.perf.cost_model import (
     FEATURES,
     LinearCostModel,
     load_cost_model,
     read_frontend_overhead,
 )
+from kvbudget.perf.fit import in_sample_classes
 from kvbudget.results.run_result import read_run
 from kvbudget.results.said import WIDTH, context_cut
 
@@ -700,17 +704,212 @@ def test_validate_that_completes_nothing_says_why(tmp_path: Path) -> None:
     assert "no max_tokens read from the file: max_output_tokens 2,048" in err
 
 
-def test_an_interrupted_calibration_says_nothing_was_written(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
-    """Ctrl-C during calibrate --url: before, 'error: interrupted' and no word of the file."""
+class _CtrlC:
+    """``on_point`` that presses Ctrl-C once ``after`` grid measurements are finished."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def __call__(self, point: GridPoint, done: int, total: int) -> None:
+        if done == self.after:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_calibration_keeps_its_work_and_resumes() -> None:
+    """Ctrl-C after 5 of the grid's measurements: before, all of them were lost. The progress
+    object holds the 5 finished; a resume measures only the rest (requests counted at the
+    engine) and fits exactly what an uninterrupted run fits (the virtual clock)."""
+    plan = replace(PLAN, prefill_tokens=(64, 512), decode_batches=(1, 4), repeats=2)
+    full_engine = VirtualEngine()
+    full = full_engine.calibrate(plan)
+    kept = CalibrationProgress()
+    with pytest.raises(KeyboardInterrupt):
+        VirtualEngine().calibrate(plan, on_point=_CtrlC(5), progress=kept)
+    assert kept.num_done == 5
+    assert kept.done[0] == ("prefill", 1, 64, 0)
+    total = len(plan_points(plan, 4096, 2048)) * plan.repeats
+    rest = VirtualEngine()
+    seen: list[int] = []
+    resumed = rest.calibrate(plan, on_point=lambda p, d, t: seen.append(d),
+                             progress=CalibrationProgress.load(_saved(kept)))
+    assert seen == list(range(6, total + 1))  # only the rest, counted on from the kept
+    assert resumed.notes == [f"resumed: 5 of the {total} grid measurements were made by an "
+                             "earlier, interrupted run (kept): a change of the server's speed "
+                             "between the two runs is in the fit"]
+    assert len(rest.bodies) < len(full_engine.bodies)
+    keys = ["repeat", "kind", "num_seqs", "seq_len"]
+    # the same steps timed at other virtual times: equal to float rounding
+    pd.testing.assert_frame_equal(
+        resumed.samples.sort_values(keys).reset_index(drop=True),
+        full.samples.sort_values(keys).reset_index(drop=True), check_exact=False, rtol=1e-9)
+    numbers = {k: v for k, v in asdict(full.model).items() if isinstance(v, float)}
+    assert numbers and {k: getattr(resumed.model, k) for k in numbers} == pytest.approx(
+        numbers, rel=1e-9, abs=1e-15)
+    assert resumed.frontend_overhead_s == pytest.approx(full.frontend_overhead_s, rel=1e-9)
+
+
+def _saved(kept: CalibrationProgress) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "cost.partial.json"
+    kept.save(path)
+    return path
+
+
+def test_a_resume_refuses_measurements_of_another_plan() -> None:
+    """Measurements kept with one plan are not mixed into another's fit: one line naming the
+    file and the field."""
+    plan = replace(PLAN, prefill_tokens=(64, 512), decode_batches=(1, 4), repeats=1)
+    kept = CalibrationProgress()
+    with pytest.raises(KeyboardInterrupt):
+        VirtualEngine().calibrate(plan, on_point=_CtrlC(2), progress=kept)
+    with pytest.raises(ValueError, match=r"^kept\.json: its measurements were made with plan "):
+        VirtualEngine().calibrate(replace(plan, repeats=2), progress=kept,
+                                  resumed_from="kept.json")
+
+
+def test_calibrate_command_keeps_an_interrupted_grid_for_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate --url, Ctrl-C after 3 measurements: before, 'nothing was written' and every
+    measurement lost. Now they are in cost.partial.json and said; a rerun without --resume is
+    refused (nothing kept is dropped or reused unsaid); with --resume it measures the rest,
+    writes cost.json and removes the partial file. The server is the virtual engine."""
+    from typer.testing import CliRunner
+
+    import kvbudget.cli.live as live_commands
+    from kvbudget.cli.main import app
+    from kvbudget.live.calibrate import calibrate as real_calibrate
+
+    stop_after: list[int] = [3]
+
+    def on_virtual(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        engine = VirtualEngine()
+        shown = kwargs.pop("on_point")
+
+        def on_point(point: GridPoint, done: int, total: int) -> None:
+            shown(point, done, total)
+            if stop_after and done == stop_after[0]:
+                raise KeyboardInterrupt
+
+        return real_calibrate(target, replace(plan, idle_gap_s=0.0), clock=engine.clock,
+                              transport=engine.transport(), on_point=on_point, **kwargs)
+
+    monkeypatch.setattr(live_commands, "calibrate", on_virtual)
+    cost = tmp_path / "cost.json"
+    partial = tmp_path / "cost.partial.json"
+    args = ["calibrate", "--url", "http://fake.invalid", "--out", str(cost), "--max-num-seqs",
+            "8", "--max-num-batched-tokens", "2048", "--prefill-tokens", "64,512",
+            "--decode-batches", "1,4", "--context-tokens", "32,256", "--repeats", "2"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 130
+    assert " ".join(res.stderr.split()).endswith(
+        f"error: interrupted after 3 of 12 grid measurements; the 3 finished are kept in "
+        f"{partial}; {cost} is fitted and written once the whole grid is measured: rerun the "
+        "same command with --resume to measure only the rest")
+    assert not cost.exists() and len(json.loads(partial.read_text())["done"]) == 3
+    stop_after.clear()
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    assert " ".join(res.stderr.split()).endswith(
+        f"error: {partial} holds the measurements of an interrupted calibration: give --resume "
+        "to go on from them, or delete it to start over")
+    res = CliRunner().invoke(app, [*args, "--resume"])
+    assert res.exit_code == 0, res.stderr
+    assert (f"resuming: 3 grid measurements kept in {partial} are not made again"
+            in " ".join(res.stderr.split()))
+    assert cost.exists() and not partial.exists()
+    assert json.loads(cost.read_text())["calibration"]["notes"] == [
+        f"resumed: 3 of the 12 grid measurements were made by an earlier, interrupted run "
+        f"({partial}): a change of the server's speed between the two runs is in the fit"]
+    assert json.loads(cost.read_text())["fit"]["num_samples"] == 6  # every point's median
+    # the cut grid's 2 mixed points are fitted exactly by the 6 coefficients: said, not 0.00 %
+    assert "mixed 2 exact fit - -" in " ".join(res.stdout.split())
+    assert ("note: mixed: 2 points, no more than the 6 coefficients that reach them: the fit "
+            "passes through each exactly, so its error tests nothing") in " ".join(
+                res.stderr.split())
+    res = CliRunner().invoke(app, [*args, "--resume"])
+    assert res.exit_code == 2
+    assert f"error: --resume: no {partial} to go on from" in " ".join(res.stderr.split())
+    res = CliRunner().invoke(app, ["calibrate", "--records", str(tmp_path / "r.jsonl"),
+                                   "--out", str(tmp_path / "c2.json"), "--resume"])
+    assert res.exit_code == 2
+    assert res.stderr.strip().endswith("--resume applies to a live calibration (--url), not to "
+                                       "--records")
+
+
+def test_classes_with_no_more_points_than_coefficients_are_said() -> None:
+    """Hand-made fit tables: 2 decode points reached by 2 coefficients (intercept, per decode
+    sequence: the context column is 0) are in-sample, exact when their error is 0; 3 are not;
+    a class whose in-sample error is not 0 is in-sample but not exact."""
+    def table(cls: str, n: int, err: float) -> pd.DataFrame:
+        rows = [{**dict.fromkeys(FEATURES, 0.0), "num_decode_seqs": 1.0 + i,
+                 "point_class": cls, "measured_s": 0.01, "predicted_s": 0.01,
+                 "rel_error": err} for i in range(n)]
+        return pd.DataFrame(rows)
+
+    assert in_sample_classes(table("decode", 2, 0.0)) == {"decode": (2, True), "all": (2, True)}
+    assert in_sample_classes(table("decode", 2, 0.01)) == {"decode": (2, False),
+                                                           "all": (2, False)}
+    assert in_sample_classes(table("decode", 3, 0.0)) == {}
+
+
+def test_a_server_that_stops_answering_keeps_the_grid_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server fails after 2 grid measurements: before, exit 1 and every measurement lost;
+    now they are kept beside --out for --resume, and said."""
+    from typer.testing import CliRunner
+
+    import kvbudget.cli.live as live_commands
+    from kvbudget.cli.main import app
+    from kvbudget.live.server import BackendUnavailable
+
+    def failing(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        kept = kwargs["progress"]
+        for rep in (0, 1):
+            kept.finish("prefill", 1, 16, rep)
+        raise BackendUnavailable("calibration request failed: connection refused")
+
+    monkeypatch.setattr(live_commands, "calibrate", failing)
+    cost = tmp_path / "cost.json"
+    res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--out",
+                                   str(cost), "--max-num-seqs", "8",
+                                   "--max-num-batched-tokens", "2048"])
+    assert res.exit_code == 1
+    assert " ".join(res.stderr.split()).endswith(
+        "error: calibration request failed: connection refused; the 2 finished are kept in "
+        f"{tmp_path / 'cost.partial.json'}; {cost} is fitted and written once the whole grid "
+        "is measured: rerun the same command with --resume to measure only the rest")
+    assert CalibrationProgress.load(tmp_path / "cost.partial.json").num_done == 2
+
+
+def test_a_damaged_partial_file_is_one_line(tmp_path: Path) -> None:
+    """--resume with a partial file that is not one (cut JSON, another version, a field of
+    the wrong type): one line naming the file, exit 2, before the server is asked."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    cost, partial = tmp_path / "cost.json", tmp_path / "cost.partial.json"
+    for text, said in (('{"version": 1, "done"', "not the measurements of a calibration ("),
+                       ('{"version": 9}', "not the measurements of a calibration (version 1 "),
+                       ('{"version": 1, "done": [[1]], "samples": [], "idle_ttft": [], '
+                        '"notes": [], "server": {}}', "not the measurements of a calibration (")):
+        partial.write_text(text)
+        res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--out",
+                                       str(cost), "--resume"])
+        assert res.exit_code == 2, res.output
+        assert f"error: {partial}: {said}" in " ".join(res.stderr.split()), res.stderr
+
+
+def test_an_interrupt_before_any_measurement_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C before the first grid measurement finished: nothing to keep, said so."""
     from typer.testing import CliRunner
 
     import kvbudget.cli.live as live_commands
     from kvbudget.cli.main import app
 
     def interrupted(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
-        kwargs["on_point"](GridPoint("prefill", 1, 16), 3, 21)  # 3 measured, then Ctrl-C
         raise KeyboardInterrupt
 
     monkeypatch.setattr(live_commands, "calibrate", interrupted)
@@ -719,11 +918,122 @@ def test_an_interrupted_calibration_says_nothing_was_written(tmp_path: Path,
                                    str(cost), "--max-num-seqs", "8",
                                    "--max-num-batched-tokens", "2048"])
     assert res.exit_code == 130
-    assert " ".join(res.stderr.split()) == (
-        f"error: interrupted after 3 of 21 grid measurements: calibrate fits and writes {cost} "
-        "once the whole grid is measured, so nothing was written (fewer --repeats or a smaller "
-        "grid take less time)")
-    assert not cost.exists()
+    assert " ".join(res.stderr.split()).endswith(
+        "error: interrupted after 0 of the grid measurements; none was finished, so nothing "
+        f"was written ({cost} neither)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_speed_check_that_times_nothing_says_why(tmp_path: Path) -> None:
+    """A speed check whose streams send their tokens in bursts times no step: before, validate
+    printed 'not timed' and no reason. The reason comes from the streams (virtual engine)."""
+    model = load_cost_model(_cost_file(tmp_path / "cost.json"))
+    assert isinstance(model, LinearCostModel)
+    for burst in (True, False):
+        engine, misses = VirtualEngine(burst=burst), []
+        got = asyncio.run(speed_check_async(ServerTarget("http://fake.invalid"), model,
+                                            clock=engine.clock, transport=engine.transport(),
+                                            misses=misses))
+        if burst:
+            assert got is None
+            assert untimed_said(misses) == (
+                "in none of its 3 tries: the tokens of 4 of its 4 streams came in bursts (over "
+                "20% of chunks with several tokens: the API server fell behind the engine)")
+        else:
+            assert got is not None and misses == []
+    assert untimed_said(["a", "b", "a"]) == "a (2 of 3 tries); b (1 of 3 tries)"
+
+
+def test_validate_says_why_a_speed_check_was_not_timed_and_the_files_warnings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate --url printed 'after not timed' without the reason, and never the cost file's
+    calibration warnings, which every other command that loads the file says."""
+    from typer.testing import CliRunner
+
+    import kvbudget.live.validate as live_validate
+    from kvbudget.cli.main import app
+
+    async def untimed(target: ServerTarget, model: Any, *, misses: list[str],
+                      **kwargs: Any) -> None:
+        misses.extend(["its 4 streams did not decode together for 4 tokens"] * 3)
+
+    monkeypatch.setattr(live_validate, "speed_check_async", untimed)
+    cost = _cost_file(tmp_path / "cost.json")
+    payload = json.loads(cost.read_text())
+    payload["calibration"]["warnings"] = [
+        "per_prefill_seq_s = 0.004 is at the bound of its search (0 .. 0.004): it stands for "
+        "something the step model lacks"]
+    cost.write_text(json.dumps(payload))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.05 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(3)))
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model", str(cost),
+            "--max-num-seqs", "4", "--out", str(tmp_path / "val")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.stdout.split())
+    why = "in none of its 3 tries: its 4 streams did not decode together for 4 tokens"
+    assert (f"before the replay not timed ({why}), after not timed ({why}); a drift") in said
+    assert (f"warning: {cost}: its calibration warned: per_prefill_seq_s = 0.004 is at the "
+            "bound of its search (the file's calibration.warnings say why); used as fitted: "
+            "such a value stands for something the step model lacks") in " ".join(res.stderr.split()), res.stderr
+
+
+def test_validate_simulates_the_requests_at_the_times_they_were_sent(tmp_path: Path) -> None:
+    """validate --url simulated the trace's times while the live records' arrival_s is the
+    actual send (86 ms late once on a loaded machine): the server saw the sends. Now the
+    simulation takes the sent times, and how late they were is said and kept."""
+    from typer.testing import CliRunner
+
+    from kvbudget.cli.main import app
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(
+        {"arrival_s": 0.05 * i, "prompt_tokens": 32, "output_tokens": 4,
+         "max_output_tokens": 4}) + "\n" for i in range(4)))
+    cost = _cost_file(tmp_path / "cost.json")
+    out = tmp_path / "val"
+    with _serving(_Server()) as url:
+        res = CliRunner().invoke(app, [
+            "validate", "--url", url, "--trace", str(trace), "--cost-model", str(cost),
+            "--max-num-seqs", "4", "--no-speed-check", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    live = read_run(out / "live").records.set_index("request_id")["arrival_s"]
+    sim = read_run(out / "sim").records.set_index("request_id")["arrival_s"]
+    assert (live.to_numpy() > np.array([0.0, 0.05, 0.1, 0.15])).all()  # every send is late
+    assert sim.reindex(live.index).to_numpy() == pytest.approx(live.to_numpy(), abs=1e-9)
+    late = json.loads((out / "validation.json").read_text())["sent_late"]
+    assert late["num_sent"] == 4 and late["max_s"] == pytest.approx(
+        float((live.to_numpy() - np.array([0.0, 0.05, 0.1, 0.15])).max()), abs=1e-9)
+    assert late["step_s"] == pytest.approx(INTERCEPT_S + PER_DECODE_SEQ_S)
+    said = " ".join(res.stdout.split())
+    assert (f"the replay sent its 4 requests late after their trace times by p50 "
+            f"{1000 * late['p50_s']:.1f} ms, max {1000 * late['max_s']:.1f} ms "
+            f"({late['num_beyond_step']} later than one calibrated decode step of "
+            f"{1000 * late['step_s']:.1f} ms): the simulation takes the times they were sent, "
+            "what the server saw") in said
+
+
+def test_sent_times_hand_made() -> None:
+    """A send 86 ms late (the one seen on a loaded machine), one on time, one never sent (a
+    record without arrival): the simulated times, and the lateness said."""
+    from kvbudget.studies.sent_times import as_sent
+    from kvbudget.workloads import Workload
+
+    n = 3
+    wl = Workload(arrival_s=np.array([0.0, 0.1, 0.2]), prompt_tokens=np.full(n, 8),
+                  output_tokens=np.full(n, 4), max_output_tokens=np.full(n, 4),
+                  tier=np.zeros(n, dtype=np.int16), tier_names=("interactive",),
+                  deadline_s=np.full(n, np.nan), request_id=np.array([7, 8, 9]))
+    records = pd.DataFrame({"request_id": [8, 7, 9], "arrival_s": [0.186, 0.0, np.nan]})
+    timed, late = as_sent(wl, records, step_s=0.01)
+    # request 9 was never sent: its trace time 0.2 falls after 8's late send, kept in order
+    assert timed.arrival_s.tolist() == pytest.approx([0.0, 0.186, 0.2])
+    assert (late.num_sent, late.num_beyond_step) == (2, 1)
+    assert late.max_s == pytest.approx(0.086) and late.p50_s == pytest.approx(0.043)
+    assert "max 86.0 ms (1 later than one calibrated decode step of 10.0 ms)" in late.said()
 
 
 def test_a_replay_between_two_scrapes_shows_no_kv_figure(tmp_path: Path) -> None:

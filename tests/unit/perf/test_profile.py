@@ -214,6 +214,9 @@ def test_fit_reproduces_measured_times_within_its_stated_error(profiled: dict[st
     output = profiled["result"].stdout
     assert output.count("\nprefill ") + output.count("\ndecode ") == len(table)
     assert "fit error: MAPE" in output
+    # the fit as calibrate prints it, a table of coefficients, not a Python dict's repr
+    assert "{'kind'" not in output and "per_prefill_token_s" in output
+    assert "points n MAPE % max |err| % bias %" in " ".join(output.split())
 
 
 def test_profile_fit_command_with_roofline(profiled: dict[str, Any]) -> None:
