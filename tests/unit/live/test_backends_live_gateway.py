@@ -635,7 +635,9 @@ def test_kv_used_the_server_does_not_tell_is_said_not_taken_as_zero(fake: Fake,
     out = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "run")
     assert out.complete and len(out.timeline) >= 2
     num = len(out.timeline)
-    assert out.summary["assumed"] == [
+    # whether a scrape fell within the run's short work follows the machine's timing: that
+    # line (KV_UNSAMPLED, tested with its own workload) is left out of what is checked here
+    assert _sampled(out.summary.get("assumed", [])) == [
         f"KV used: {num} of the timeline samples could not read it from the server's /metrics "
         "(no vllm:kv_cache_usage_perc, or no answer) and hold 0 tokens: the KV used figures "
         "(and the engines' preemptions) are not measured there"]
@@ -643,7 +645,13 @@ def test_kv_used_the_server_does_not_tell_is_said_not_taken_as_zero(fake: Fake,
                for line in setting_lines([out.summary]))
     fake.state.mode = "ok"
     told = _replay(fake, _workload(3, 10, 5), "conservative", tmp_path / "told")
-    assert "assumed" not in told.summary and setting_lines([told.summary]) == []
+    assert _sampled(told.summary.get("assumed", [])) == []
+    assert _sampled(setting_lines([told.summary])) == []
+
+
+def _sampled(lines: list[str]) -> list[str]:
+    """``lines`` less the one saying no scrape fell within the run's work."""
+    return [line for line in lines if "no scrape of the server's /metrics fell" not in line]
 
 
 def test_scale_time() -> None:

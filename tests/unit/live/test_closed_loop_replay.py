@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -87,7 +88,10 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
         took.append(ticks.take(heapq.heappop(free)))
         heapq.heappush(free, seen[row])
     assert (arrival >= np.array(took) - 1e-9).all(), (arrival, took)
-    assert len(set(took)) == len(took)  # one request a tick
+    # one request a tick: the recording's issue times hold 0.25 three times (three ticks
+    # there), so a time may be taken as often as the schedule holds it, never more
+    schedule = Counter(ticks.times)
+    assert all(n <= schedule[t] for t, n in Counter(took).items()), (took, ticks.times)
     # each 120 ms request holds its slot across ticks 50 ms apart: some ticks were skipped
     assert any(t not in first for t in took) and sorted(took) == took
 
