@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from kvbudget.studies.recorded_replay import live_stage, stage_plans
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads import from_columns
 from kvbudget.workloads.closed_loop import ClosedLoop, TimeLimit
+from kvbudget.workloads.errors import TraceError
 from tests.unit.live.test_backends_live_gateway import Fake, _cli, fake  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[3]
@@ -157,6 +159,13 @@ def test_a_cancelled_requests_tokens_so_far_are_not_offered_as_its_output(
     assert rec["output_tokens"].tolist() == [4, 1, 1]  # what the client saw
     read = read_recording(tmp_path / "run")
     assert read.workload.output_tokens.tolist() == [4, 12, 12]
+    told = json.loads((tmp_path / "run" / "replay.json").read_text())
+    for bad, field in (({"send_until_s": -1}, "time_limit.send_until_s"),
+                       ({"send_until_s": 0.3, "grace_s": "long"}, "time_limit.grace_s"),
+                       ("0.3 s", "time_limit")):
+        (tmp_path / "run" / "replay.json").write_text(json.dumps({**told, "time_limit": bad}))
+        with pytest.raises(TraceError, match=re.escape(field)):
+            read_recording(tmp_path / "run")
 
 
 def test_a_time_limit_without_its_config_or_with_client_models_or_resumed_is_refused(
