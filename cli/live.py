@@ -53,7 +53,7 @@ from kvbudget.results.said import fill, setting_lines
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.recorded_replay import live_stage, pick_stage
 from kvbudget.studies.validate import compare_live_validation
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.closed_loop import ClosedLoop, TimeLimit
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.lengths import FixedCap
 from kvbudget.workloads.traces import TraceOptions, load_trace
@@ -378,13 +378,14 @@ def run_replay(workload: "Workload", policy: "BasePolicy", *, target: "ServerTar
                poll_period: float, lease_ttl: float | None = None,
                hint: str = "", front_door: "FrontDoor | None" = None,
                clients: "tuple[tuple[str, ClientModel], ...]" = (),
-               closed_loop: "ClosedLoop | None" = None) -> "ReplayOutcome":
+               closed_loop: "ClosedLoop | None" = None,
+               time_limit: "TimeLimit | None" = None) -> "ReplayOutcome":
     """Replay with a progress bar; a server that dies or Ctrl-C exit with code 1 / 130 after
     the output is written, saying how to resume."""
     config = ReplayConfig(target=target, tiers=tiers, capacity_tokens=capacity_tokens,
                           max_in_flight=max_in_flight, seed=seed, poll_period_s=poll_period,
                           lease_ttl_s=lease_ttl, front_door=front_door, clients=clients,
-                          closed_loop=closed_loop)
+                          closed_loop=closed_loop, time_limit=time_limit)
     meta = ReplayMeta(trace=str(trace.resolve()), policy=policy.name,
                       policy_params={k: v for k, v in policy.describe().items() if k != "name"},
                       time_scale=time_scale, seed=seed, url=target.base_url)
@@ -486,13 +487,14 @@ def replay_cmd(
         if trace is not None and (stage is not None or records_format is not None):
             raise CliError("--stage and --records-format go with --records, not --trace")
         loop = _closed_loop(users, think_time_s)
+        limit = None
         if trace is not None:
             workload = load_trace_workload(trace, trace_args, tier, time_scale, seed)
             source = trace
         else:
             assert records is not None
             _records_alone(trace_args, time_scale, loop)
-            workload, loop = _recorded_stage(records, records_format, stage, tier)
+            workload, loop, limit = _recorded_stage(records, records_format, stage, tier)
             source = records
         outcome = run_replay(workload, setup.new_policy(), target=target, out=out, trace=source,
                              time_scale=time_scale, capacity_tokens=capacity_tokens,
@@ -500,7 +502,7 @@ def replay_cmd(
                              tiers=_tiers_for(workload, setup.tiers), poll_period=poll_period,
                              lease_ttl=setup.lease_ttl(lease_ttl), hint=_resume_hint(),
                              front_door=setup.front_door, clients=setup.clients,
-                             closed_loop=loop)
+                             closed_loop=loop, time_limit=limit)
     # what loading the trace warned of or assumed (the max_tokens it sent among it), with the
     # result: a bad option, a server down or a failed run stays the one error line
     if trace is not None:
@@ -525,16 +527,16 @@ def _records_alone(trace_args: TraceArgs, time_scale: float, loop: "ClosedLoop |
 
 
 def _recorded_stage(records: Path, records_format: str | None, stage: str | None, tier: str
-                    ) -> "tuple[Workload, ClosedLoop | None]":
+                    ) -> "tuple[Workload, ClosedLoop | None, TimeLimit | None]":
     """The requests of a recording's stage and the loop to send them in, said on stderr
     (:func:`~kvbudget.studies.recorded_replay.live_stage`)."""
     recording = read_recording(records, format=records_format, default_tier=tier)
     label = None if stage is None else pick_stage(recording, stage).label
-    workload, stage_loop, mode = live_stage(recording, label)
+    workload, stage_loop, mode, limit = live_stage(recording, label)
     typer.echo(fill(f"replaying {counted(len(workload), 'request')} of {records}"
                     + (f", stage {label!r}" if label else "") + f" as recorded: {mode}"),
                err=True)
-    return workload, stage_loop
+    return workload, stage_loop, limit
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:

@@ -52,6 +52,7 @@ from kvbudget.live.openai_client import (
     StreamResult,
     stream_completion,
 )
+from kvbudget.live.replay_limit import keep_time_limit, sent_by_limit
 from kvbudget.live.replay_ticks import TickedUsers
 from kvbudget.live.replay_turns import TurnUsers, history_of, turns_said, users_in_order
 from kvbudget.live.run_dir import (
@@ -90,6 +91,8 @@ from kvbudget.policies.clients import CLIENT_SEED_TAG, NO_RETRY, Answer, ClientM
 from kvbudget.results.metrics import summarize
 from kvbudget.results.recorded_refusals import engine_rules_said
 from kvbudget.results.records import (
+    TIME_LIMIT_CANCELLED,
+    TIME_LIMIT_NOT_SENT,
     context_refusal,
     derive_latencies,
     engine_refusal,
@@ -98,7 +101,7 @@ from kvbudget.results.records import (
 from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
 from kvbudget.results.said import context_cut
 from kvbudget.workloads import Workload
-from kvbudget.workloads.closed_loop import ClosedLoop
+from kvbudget.workloads.closed_loop import ClosedLoop, TimeLimit
 from kvbudget.workloads.context_limit import context_refusals, cut_to_context
 
 if TYPE_CHECKING:
@@ -136,9 +139,12 @@ class ReplayConfig:
     instead of at the trace's times (each request's ``arrival_s`` is when it was sent); a
     capped loop (``not_before_arrival``) sends a request no sooner than its own time either,
     one paced by ticks (``tick_rate_per_s``) at its ticks (:mod:`kvbudget.live.replay_ticks`);
-    a time-limited loop is refused (simulated, not replayed); a loop of conversations
+    a loop of conversations
     (``ClosedLoop.conversations``) sends each later turn as the simulator's users do
-    (:mod:`kvbudget.live.replay_turns`), and is not resumed.
+    (:mod:`kvbudget.live.replay_turns`), and is not resumed. ``time_limit``: a load tool's time
+    limit kept as the tool kept it (:mod:`kvbudget.live.replay_limit`; a time-limited loop's
+    ``send_until_s`` is its ``send_until_s``); not with client models, whose retries would go
+    on past it.
     """
 
     target: ServerTarget
@@ -153,6 +159,7 @@ class ReplayConfig:
     front_door: FrontDoor | None = None
     clients: tuple[tuple[str, ClientModel], ...] = ()
     closed_loop: ClosedLoop | None = None
+    time_limit: TimeLimit | None = None
 
     def __post_init__(self) -> None:
         names = {t.name for t in self.tiers}
@@ -172,10 +179,15 @@ class ReplayConfig:
             raise ValueError(f"token_ids must be a range 0 <= low < high, got {self.token_ids!r}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed!r}")
-        if self.closed_loop is not None and self.closed_loop.send_until_s is not None:
+        until = None if self.closed_loop is None else self.closed_loop.send_until_s
+        if until is not None and (self.time_limit is None
+                                  or self.time_limit.send_until_s != until):
             # its users would go on sending past the limit: a time-limited run replayed whole
-            raise ValueError("closed_loop: the live replay runs no time limit (send_until_s): a "
-                             "time-limited loop is simulated, not replayed")
+            raise ValueError(f"closed_loop.send_until_s {until:g}: the live replay keeps a time "
+                             "limit given as time_limit (with its grace period), the same")
+        if self.time_limit is not None and self.clients:
+            raise ValueError("time_limit: not with client models (clients), whose retries "
+                             "would go on past the limit")
 
 
 @dataclass(eq=False)
@@ -317,6 +329,7 @@ class _Replay:
         self.done_events: dict[int, asyncio.Event] = {}  # closed loop: set when i is recorded
         # a closed loop of conversations, or one paced by ticks: told when a row ends
         self.turn_users: TurnUsers | TickedUsers | None = None
+        self.limit_phase = 0  # 1: the time limit passed (nothing more sent); 2: its grace too
         self.num_written = 0
         self.max_model_len: int | None = None
         self.sends: dict[int, tuple[int, int]] = {}  # row -> (max_tokens, min_tokens) to send
@@ -376,6 +389,10 @@ class _Replay:
                 asyncio.create_task(_ends_cancelled(self._timers())),
                 asyncio.create_task(_ends_cancelled(self._poll(info.has_metrics))),
             ]
+            if self.config.time_limit is not None:
+                workers.append(asyncio.create_task(_ends_cancelled(keep_time_limit(
+                    self.config.time_limit, clock=self.now, stop_sending=self._stop_sending,
+                    cancel_running=self._cancel_running))))
             try:
                 await self.finished.wait()
             finally:
@@ -404,9 +421,11 @@ class _Replay:
             return
         try:
             for i in self.todo:
-                delay = float(self.workload.arrival_s[i]) - self.now()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                due = float(self.workload.arrival_s[i])
+                if not sent_by_limit(due, self.config.time_limit):
+                    return  # due after the limit: never sent (_stop_sending)
+                if due - self.now() > 0:
+                    await asyncio.sleep(due - self.now())
                 self._arrive(i)
         except asyncio.CancelledError:
             raise
@@ -443,11 +462,16 @@ class _Replay:
         return self.done_events.setdefault(i, asyncio.Event())
 
     def _arrive(self, i: int) -> None:
-        """Request ``i`` arrives now."""
+        """Request ``i`` arrives now (a closed loop's, unless the time limit passed)."""
+        if i not in self.pending or (self.limit_phase and self.config.closed_loop is not None):
+            return
         request = self.workload.request(i)
         st = _State(i, request, int(self.workload.output_tokens[i]))
         st.arrival_s = self.now()
         self.states[i] = st
+        if self.limit_phase == 2:  # due at the limit, its grace period 0: cancelled as sent
+            self._record(st, "client_timeout", TIME_LIMIT_CANCELLED)
+            return
         arrival, deadline = request.arrival_s, request.deadline_s
         if self.config.closed_loop is not None:  # sent now: the deadline keeps its distance
             arrival = st.arrival_s
@@ -718,50 +742,43 @@ class _Replay:
                     result=result)
         self._apply(actions, now)
 
+    # --- a load tool's time limit (:mod:`kvbudget.live.replay_limit`) ---------------------------
+    def _stop_sending(self) -> None:
+        """The limit: the rows not sent by now (an open stage's: due after it) never are."""
+        self.limit_phase = 1
+        self.turn_users = None  # its users send nothing more: none is told of an end
+        limit = self.config.time_limit
+        assert limit is not None
+        for i in [i for i in self.todo if i in self.pending and i not in self.states]:
+            due = float(self.workload.arrival_s[i])
+            if self.config.closed_loop is None and sent_by_limit(due, limit):
+                continue  # the arrival loop sends it at its time
+            st = _State(i, self.workload.request(i), 0, arrival_s=max(due, limit.send_until_s))
+            self._record(st, "client_timeout", TIME_LIMIT_NOT_SENT)
+
+    def _cancel_running(self) -> None:
+        """The grace period's end: what still runs is cancelled (the stream closed: vLLM
+        aborts it) or, not yet admitted, forgotten by the gateway."""
+        now = self.now()
+        self.limit_phase = 2
+        awaited = self.config.time_limit.awaited_rows if self.config.time_limit else ()
+        for st in [s for s in self.states.values()
+                   if s.index in self.pending and s.index not in awaited]:
+            st.generation += 1  # the stream, if any, no longer owns the request
+            if st.task is not None:
+                st.task.cancel()
+                st.task = None
+            actions = self._gw().cancel(st.request.request_id, now)
+            self._record(st, "client_timeout", TIME_LIMIT_CANCELLED)
+            self._apply(actions, now)
+
     # --- records ------------------------------------------------------------------------------
     def _record(self, st: _State, status: str, reason: str, *,
                 result: StreamResult | None = None) -> None:
         i = st.index
         if i not in self.pending:
             return
-        completed = status == "completed" and result is not None
-        output = st.tokens_so_far  # what was generated (a lease that expired mid-stream)
-        first = finished = math.nan
-        error = ""
-        if result is not None:
-            output = result.output_tokens
-            error = result.error
-            if completed:
-                first, finished = st.first_token_s, result.finished_s
-        ttft, tpot, e2e = derive_latencies(
-            np.array([st.arrival_s]), np.array([first]), np.array([finished]),
-            np.array([output], dtype=np.int64),
-        )
-        row = {
-            "request_id": int(self.workload.request_id[i]),
-            "tier": st.request.tier,
-            "arrival_s": st.arrival_s,
-            "prompt_tokens": st.request.prompt_tokens,
-            "max_output_tokens": st.request.max_output_tokens,
-            "output_tokens": output,
-            "status": status,
-            "reason": reason,
-            "admitted_s": st.admitted_s,
-            "first_token_s": first,
-            "finished_s": finished,
-            "ttft_s": float(ttft[0]),
-            "tpot_s": float(tpot[0]),
-            "e2e_s": float(e2e[0]),
-            "num_preemptions": st.num_revocations,
-            "reserved_tokens": st.reserved_tokens,
-            "error": error,
-        }
-        if self.with_clients:
-            row["num_attempts"] = st.attempt
-        if completed:
-            # the answer's inter-chunk gaps (ITL, as vllm bench serve counts them): kept in
-            # the part file with its row, so a resumed replay still has them
-            row[TOKEN_GAPS_KEY] = result.inter_chunk_gaps_s() if result is not None else []
+        row = _record_row(self.workload, st, status, reason, result, self.with_clients)
         self.run_dir.write_record(row)
         self.num_written += 1
         self.pending.discard(i)
@@ -774,6 +791,51 @@ class _Replay:
             self.on_record(row)
         if not self.pending:
             self.finished.set()
+
+
+def _record_row(workload: Workload, st: _State, status: str, reason: str,
+                result: StreamResult | None, with_clients: bool) -> dict[str, Any]:
+    """A request's row of ``requests.parquet`` as it ended (``status``, ``reason``); its
+    latencies only where it completed."""
+    completed = status == "completed" and result is not None
+    output = st.tokens_so_far  # what was generated (a lease that expired mid-stream)
+    first = finished = math.nan
+    error = ""
+    if result is not None:
+        output = result.output_tokens
+        error = result.error
+        if completed:
+            first, finished = st.first_token_s, result.finished_s
+    ttft, tpot, e2e = derive_latencies(
+        np.array([st.arrival_s]), np.array([first]), np.array([finished]),
+        np.array([output], dtype=np.int64),
+    )
+    row: dict[str, Any] = {
+        "request_id": int(workload.request_id[st.index]),
+        "tier": st.request.tier,
+        "arrival_s": st.arrival_s,
+        "prompt_tokens": st.request.prompt_tokens,
+        "max_output_tokens": st.request.max_output_tokens,
+        "output_tokens": output,
+        "status": status,
+        "reason": reason,
+        "admitted_s": st.admitted_s,
+        "first_token_s": first,
+        "finished_s": finished,
+        "ttft_s": float(ttft[0]),
+        "tpot_s": float(tpot[0]),
+        "e2e_s": float(e2e[0]),
+        "num_preemptions": st.num_revocations,
+        "reserved_tokens": st.reserved_tokens,
+        "error": error,
+    }
+    if with_clients:
+        row["num_attempts"] = st.attempt
+    if completed:
+        # the answer's inter-chunk gaps (ITL, as vllm bench serve counts them): kept in
+        # the part file with its row, so a resumed replay still has them
+        row[TOKEN_GAPS_KEY] = result.inter_chunk_gaps_s() if result is not None else []
+    return row
 
 
 def context_sends(workload: Workload, max_model_len: int) -> dict[int, tuple[int, int]]:
@@ -883,10 +945,15 @@ async def replay_async(
         info = await discover(client, config.target)
     capacity = gateway_capacity(config, info)
     loop = config.closed_loop  # read back by validate --records (results/recorded_run_loop.py)
+    limit = config.time_limit
+    if resume and limit is not None:
+        raise ValueError("time_limit: a time-limited replay is not resumed (its limit is on the "
+                         "clock of the run resumed): replay it again into a new directory")
     run_dir = RunDir(out_dir, {**meta.as_dict(), "kv_capacity_tokens": capacity,
                                "kv_capacity_given": config.capacity_tokens is not None,
                                "server": info.facts(),
-                               **({"closed_loop": loop.describe()} if loop else {})},
+                               **({"closed_loop": loop.describe()} if loop else {}),
+                               **({"time_limit": limit.describe()} if limit else {})},
                      resume=resume)
     said = conversations_said(workload, config, run_dir) + shared_blocks_said(workload)
     wall = time.perf_counter()

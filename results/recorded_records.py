@@ -32,6 +32,7 @@ from kvbudget.results.recording import (
     build_recording,
     read_replay_meta,
 )
+from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.run_parts import REQUESTS_PART, itl_means_of_parts
 from kvbudget.results.run_result import read_run
 from kvbudget.workloads.counted import counted
@@ -539,8 +540,11 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     completed = (rec["status"] == "completed").to_numpy()
     output = rec["output_tokens"].to_numpy(dtype=np.int64)
     max_output = rec["max_output_tokens"].to_numpy(dtype=np.int64)
-    # a request that never ran has no generated tokens: offer it with its declared maximum
-    offered = np.where(completed | (output > 0), np.maximum(output, 1), np.maximum(max_output, 1))
+    # a request that never ran has no generated tokens: offer it with its declared maximum;
+    # so is one a time limit cancelled (its tokens so far are not its output) or never sent
+    limited = rec["reason"].astype(str).isin([TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT])
+    offered = np.where((completed | (output > 0)) & ~limited.to_numpy(), np.maximum(output, 1),
+                       np.maximum(max_output, 1))
     tier_names = tuple(dict.fromkeys(rec["tier"].astype(str).tolist())) or (default_tier,)
     codes = np.array([tier_names.index(t) for t in rec["tier"].astype(str)], dtype=np.int16)
     arrival = rec["arrival_s"].to_numpy(dtype=np.float64)

@@ -3,11 +3,16 @@
 written by the live replay) so that a simulation of the run (``validate --records RUNDIR``)
 sends its requests as the replay did: a closed loop's users, a capped loop's slots. A run
 directory without it (an open replay, a ``simulate --out``, an older replay) is replayed at its
-recorded send times, as before."""
+recorded send times, as before. A replay that kept a load tool's time limit
+(``replay.json``'s ``time_limit``: ``live/replay_limit.py``) is simulated with the same limit:
+its stage is time-limited (``RecordedStage.time_limit_end_s`` at the limit on the run's clock,
+``grace_s`` its grace period), so the simulated users send nothing after it and what still runs
+at its grace period's end is cancelled, as the replay did."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +24,15 @@ def replayed_loop(meta: dict[str, Any], meta_path: Path) -> tuple[RecordedStage 
     """The stage a run directory's requests were sent in (None: at their times, or a loop the
     directory does not hold whole) and a note saying which, from ``replay.json``'s
     ``closed_loop``. ``TraceError`` names the field of a malformed one."""
+    limit = _time_limit(meta, meta_path)
     loop = meta.get("closed_loop")
     if loop is None:
-        return None, ""
+        if limit is None:
+            return None, ""
+        return (RecordedStage("replayed open loop", "open", time_limit_end_s=limit[0],
+                              grace_s=limit[1]),
+                f"the replay kept a load tool's time limit ({meta_path.name} time_limit): "
+                f"{_limit_words(limit)}; simulated so")
     if not isinstance(loop, dict):
         raise TraceError(meta_path, "must be a table of the replay's closed loop",
                          field="closed_loop")
@@ -41,7 +52,8 @@ def replayed_loop(meta: dict[str, Any], meta_path: Path) -> tuple[RecordedStage 
         (f"a think time of {think:g} s", think > 0),
         ("conversations' turns", bool(loop.get("num_later_turns"))),
         ("a rate's ticks", loop.get("tick_rate_per_s") is not None),
-        ("a time limit", loop.get("send_until_s") is not None)) if there]
+        ("a time limit not kept whole", loop.get("send_until_s") is not None
+         and limit is None)) if there]
     if left:
         return None, (f"the replay sent its requests by a {said} with {' and '.join(left)} "
                       f"({meta_path.name} closed_loop), which the run directory does not hold "
@@ -52,5 +64,37 @@ def replayed_loop(meta: dict[str, Any], meta_path: Path) -> tuple[RecordedStage 
     how = ("each request at the later of its recorded send and a free slot (the recording "
            "holds when the replay sent, not when it was due)" if capped else
            "each user sending its next request when its last one ended")
+    if limit is not None:
+        stage = replace(stage, time_limit_end_s=limit[0], grace_s=limit[1])
+        how += f"; {_limit_words(limit)}"
     return stage, (f"the replay sent its requests by a {said} ({meta_path.name} closed_loop): "
                    f"simulated so, {how}")
+
+
+def _time_limit(meta: dict[str, Any], meta_path: Path) -> tuple[float, float] | None:
+    """``replay.json``'s ``time_limit`` as (the limit on the run's clock, the grace period;
+    inf: none); None when the replay kept none. ``TraceError`` names a malformed field."""
+    limit = meta.get("time_limit")
+    if limit is None:
+        return None
+    if not isinstance(limit, dict):
+        raise TraceError(meta_path, "must be a table of the replay's time limit",
+                         field="time_limit")
+    until, grace = limit.get("send_until_s"), limit.get("grace_s", "inf")
+    if isinstance(until, bool) or not isinstance(until, int | float) or not (
+            math.isfinite(until) and until >= 0):
+        raise TraceError(meta_path, f"must be a time >= 0, got {until!r}"[:200],
+                         field="time_limit.send_until_s")
+    if grace == "inf":
+        grace = math.inf
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise TraceError(meta_path, f"must be a time >= 0 or \"inf\", got {grace!r}"[:200],
+                         field="time_limit.grace_s")
+    return float(until), float(grace)
+
+
+def _limit_words(limit: tuple[float, float]) -> str:
+    until, grace = limit
+    then = ("the requests in flight then awaited" if grace == math.inf else
+            f"those still running {grace:g} s after it cancelled")
+    return f"nothing sent after {until:g} s, {then}"

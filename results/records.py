@@ -56,6 +56,15 @@ the second one when it was added (``v1/engine/async_llm.py:566-569``): a burst's
 pass the first while none is registered yet."""
 
 
+TIME_LIMIT_NOT_SENT: Final = "time_limit_not_sent"
+"""The reason of a time-limited stage's request not sent by the load tool's time limit (status
+``client_timeout``: the client, not the server): a simulation's users had not sent it
+(``studies.recorded_replay``), or the live replay kept the limit (``live.replay_limit``)."""
+TIME_LIMIT_CANCELLED: Final = "time_limit_cancelled"
+"""The reason of a time-limited stage's request still running when the tool's grace period
+after the limit ran out: the tool cancelled it (status ``client_timeout``), in a simulation or
+a live replay."""
+
 CUTTING: Final = "cut"
 """A :data:`CONTEXT_REFUSALS` engine rule: a prompt + ``max_tokens`` over the context is served
 with its output cut at the context left (vLLM 0.32.0's front end), never refused for it."""

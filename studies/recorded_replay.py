@@ -58,9 +58,10 @@ import numpy as np
 from kvbudget.policies import make_policy
 from kvbudget.results.metrics import summarize
 from kvbudget.results.recording import RecordedStage, Recording
+from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
-from kvbudget.workloads.closed_loop import ClosedLoop, Conversations
+from kvbudget.workloads.closed_loop import ClosedLoop, Conversations, TimeLimit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -281,12 +282,13 @@ def pick_stage(recording: Recording, given: str) -> RecordedStage:
 
 
 def live_stage(recording: Recording, label: str | None = None
-               ) -> tuple[Workload, ClosedLoop | None, str]:
+               ) -> tuple[Workload, ClosedLoop | None, str, TimeLimit | None]:
     """The requests of one recorded stage as the live replay sends them (``kvbudget replay
     --records``): its rows from its first send, the loop the stage ran (None: open, at the
-    recorded send times) and how it is sent (:func:`replay_mode`'s words). ``label`` picks a
-    stage (:func:`pick_stage`: its label, index or name); a recording of several stages needs
-    one, and ``ValueError`` names them."""
+    recorded send times), how it is sent (:func:`replay_mode`'s words) and the tool's time
+    limit on the stage's clock (None: none; the same limit :class:`StagePlan` simulates).
+    ``label`` picks a stage (:func:`pick_stage`: its label, index or name); a recording of
+    several stages needs one, and ``ValueError`` names them."""
     stage = None if label is None else pick_stage(recording, label)
     plans = stage_plans(recording)
     if plans is None:  # every stage open: the recorded sends, as one run
@@ -295,14 +297,17 @@ def live_stage(recording: Recording, label: str | None = None
         if len(rows) == 0:
             raise ValueError(f"{recording.path}: --stage {label!r}: that stage holds no "
                              "request to replay")
-        for cut in (s for s in recording.stages if stage in (None, s)):
-            why = not_replayed_live(cut, None)
-            if why:
-                raise ValueError(f"{recording.path}: stage {cut.label!r}: {why}; `kvbudget "
-                                 "validate --records` simulates it as the tool ran it")
+        cut = [s for s in recording.stages if stage in (None, s) and _is_cut(s)]
+        if cut and stage is None and len(recording.stages) > 1:
+            raise ValueError(f"{recording.path}: stage {cut[0].label!r} was cut at its tool's "
+                             "time limit, the others not: pass --stage LABEL (or its index) to "
+                             "replay one as its tool ran it")
+        for one in cut:
+            _refuse_live(recording, one)
         start = float(recording.workload.arrival_s[rows].min())
+        limit = _time_limit(recording, cut[0], rows, start) if cut else None
         return (_stage_workload(recording.workload, rows, start), None,
-                "open loop at the recorded sends")
+                "open loop at the recorded sends" + (_limit_said(limit) if limit else ""), limit)
     labels = [p.stage.label for p in plans]
     if stage is None and len(plans) > 1:
         raise ValueError(f"{recording.path}: {len(plans)} stages ({', '.join(labels)}): pass "
@@ -313,24 +318,52 @@ def live_stage(recording: Recording, label: str | None = None
         raise ValueError(f"{recording.path}: --stage {label!r}: that stage holds no request "
                          f"to replay; the stages with requests are {', '.join(labels)}")
     plan = chosen[0]
-    why = not_replayed_live(plan.stage, plan.loop)
-    if why:
-        raise ValueError(f"{recording.path}: stage {plan.stage.label!r}: {why}; `kvbudget "
-                         "validate --records` simulates it as the tool ran it (or replay "
-                         "another stage)")
+    limit = None
+    if _is_cut(plan.stage):
+        _refuse_live(recording, plan.stage)
+        limit = _time_limit(recording, plan.stage, plan.rows, plan.start_s)
     return (_stage_workload(recording.workload, plan.rows, plan.start_s), plan.loop,
-            str(plan.describe()["replayed_as"]))
+            str(plan.describe()["replayed_as"]), limit)
 
 
-def not_replayed_live(stage: RecordedStage, loop: ClosedLoop | None) -> str:
-    """Why the live replay cannot send ``stage`` as its tool did ("" when it can): a time
-    limit that cut the stage (the tool sent nothing after it and cancelled the requests still
-    running after its grace period; the live replay would send and wait for them all)."""
-    if _is_cut(stage):
-        return ("the tool stopped it at its time limit (nothing sent after it, the requests "
-                "still running after its grace period cancelled); the live replay sends every "
-                "recorded request and waits for each, so it is not replayed live")
+def _time_limit(recording: Recording, stage: RecordedStage,
+                rows: np.ndarray[Any, np.dtype[np.int64]], start_s: float) -> TimeLimit:
+    """``stage``'s time limit on its own clock (from ``start_s``, its first send), its warm-up
+    requests awaited (as :func:`cut_at_time_limit` leaves them)."""
+    assert stage.time_limit_end_s is not None  # _is_cut checks it
+    warmup = recording.measured["status"].astype(str).to_numpy()[rows] == "warmup"
+    return TimeLimit(max(0.0, stage.time_limit_end_s - start_s), stage.grace_s,
+                     frozenset(np.flatnonzero(warmup).tolist()))
+
+
+def _limit_said(limit: TimeLimit) -> str:
+    grace = ("the requests in flight then awaited" if limit.grace_s == math.inf else
+             f"the requests still running {limit.grace_s:g} s after it cancelled")
+    return (f", time-limited (nothing sent after the tool's time limit {limit.send_until_s:g} s "
+            f"after the first send, {grace})")
+
+
+def not_replayed_live(stage: RecordedStage) -> str:
+    """Why the live replay cannot send a time-limited ``stage`` as its tool did ("" when it
+    can): a tool that cancels at the first status change after its limit (GuideLLM 0.5-0.7:
+    ``RecordedStage.cut``), which the live replay does not follow."""
+    if stage.cut == "next_status_change":
+        return ("its tool (GuideLLM 0.5-0.7) cancelled the requests in flight at the first "
+                "status change of its requests at or after its time limit, not after a fixed "
+                "grace period, and the live replay keeps only a fixed grace period; record "
+                "the load again with GuideLLM 0.8 or later (which cuts within its 0.1 s poll) "
+                "to replay it")
     return ""
+
+
+def _refuse_live(recording: Recording, stage: RecordedStage) -> None:
+    """``ValueError`` when the live replay cannot keep ``stage``'s time limit as its tool
+    did (:func:`not_replayed_live`), saying what to do."""
+    why = not_replayed_live(stage)
+    if why:
+        raise ValueError(f"{recording.path}: stage {stage.label!r} was cut at its tool's time "
+                         f"limit: {why}; `kvbudget validate --records` simulates it as the "
+                         "tool ran it (or replay another stage)")
 
 
 def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[StagePlan], *,
@@ -346,10 +379,10 @@ def simulate_stages(recording: Recording, config: SimConfig, plans: Sequence[Sta
     return join_stage_runs(runs, plans, config, policy)
 
 
-NOT_SENT = "time_limit_not_sent"
+NOT_SENT = TIME_LIMIT_NOT_SENT
 """The reason of a time-limited stage's request its simulated users had not sent when the load
 tool's time limit stopped the sending (status ``client_timeout``: the client, not the server)."""
-CANCELLED = "time_limit_cancelled"
+CANCELLED = TIME_LIMIT_CANCELLED
 """The reason of a time-limited stage's request still running when the tool's grace period
 after the limit ran out: the tool cancelled it (status ``client_timeout``)."""
 

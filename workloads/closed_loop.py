@@ -154,3 +154,35 @@ class ClosedLoop:
                    if self.conversations is not None else {}),
                 **({"conversations_held": True} if self.conversations is not None
                    and self.conversations.held else {})}
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLimit:
+    """A load tool's time limit as the live replay keeps it (``ReplayConfig.time_limit``,
+    ``kvbudget.live.replay_limit``): send nothing due after ``send_until_s`` (the run's clock);
+    cancel what still runs ``grace_s`` after it (inf: wait for every request, as evalscope
+    does). The simulator keeps the same limit by ``ClosedLoop.send_until_s`` and
+    ``studies.recorded_replay.cut_at_time_limit``."""
+
+    send_until_s: float
+    grace_s: float = math.inf
+    awaited_rows: frozenset[int] = frozenset()
+    """Workload rows waited for whatever the limit (AIPerf's warm-up requests: a phase of its
+    own, which waits for each; ``cut_at_time_limit`` does not cut them either)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.send_until_s) and self.send_until_s >= 0):
+            raise ValueError("time_limit.send_until_s must be a finite time >= 0, got "
+                             f"{self.send_until_s!r}")
+        if not self.grace_s >= 0:
+            raise ValueError(f"time_limit.grace_s must be >= 0, got {self.grace_s!r}")
+
+    @property
+    def cancel_at_s(self) -> float:
+        return self.send_until_s + self.grace_s
+
+    def describe(self) -> dict[str, Any]:
+        """As ``replay.json`` keeps it (JSON has no Infinity)."""
+        return {"send_until_s": self.send_until_s,
+                "grace_s": "inf" if self.grace_s == math.inf else self.grace_s,
+                **({"num_awaited": len(self.awaited_rows)} if self.awaited_rows else {})}

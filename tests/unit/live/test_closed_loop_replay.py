@@ -124,10 +124,11 @@ def test_a_capped_loop_sends_each_request_at_its_time_once_a_slot_is_free(
         assert int((finished <= arrival[k] + 1e-9).sum()) >= k - 1
 
 
-def test_a_time_limited_loop_is_refused_by_the_live_replay_not_run_whole() -> None:
-    # the live users never read send_until_s: they would go on sending past the limit
+def test_a_time_limited_loop_needs_the_replays_time_limit_not_run_whole() -> None:
+    # the live users never read send_until_s: the replay keeps it as its time_limit
+    # (tests/unit/live/test_replay_time_limit.py), and refuses a loop's limit without it
     loop = ClosedLoop(num_users=2, send_until_s=2.0)
-    with pytest.raises(ValueError, match=r"runs no time limit \(send_until_s\)"):
+    with pytest.raises(ValueError, match=r"the live replay keeps a time limit given as"):
         ReplayConfig(ServerTarget("http://127.0.0.1:1"), closed_loop=loop)
     with pytest.raises(ValueError, match=r"send_until_s must be a finite time >= 0"):
         ClosedLoop(num_users=2, send_until_s=-1.0)
