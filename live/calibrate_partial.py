@@ -44,7 +44,7 @@ class CalibrationProgress:
         return len(self.done)
 
     def is_done(self, kind: str, num_seqs: int, seq_len: int, repeat: int) -> bool:
-        return (kind, num_seqs, seq_len, repeat) in set(self.done)
+        return (kind, num_seqs, seq_len, repeat) in self.done
 
     def finish(self, kind: str, num_seqs: int, seq_len: int, repeat: int) -> None:
         self.done.append((kind, num_seqs, seq_len, repeat))

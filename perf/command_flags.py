@@ -9,21 +9,20 @@ flag is named as before."""
 
 from __future__ import annotations
 
-_TAKEN: list[frozenset[str]] = []
+_taken: frozenset[str] | None = None
 
 
 def set_taken(flags: frozenset[str] | None) -> None:
     """Record the running command's flags (``None``: no command, every flag named)."""
-    _TAKEN.clear()
-    if flags is not None:
-        _TAKEN.append(flags)
+    global _taken
+    _taken = flags
 
 
 def takes(flag: str) -> bool:
     """Whether the running command takes ``flag`` (True outside a command)."""
-    return not _TAKEN or flag in _TAKEN[0]
+    return _taken is None or flag in _taken
 
 
 def in_command() -> bool:
     """Whether a command recorded its flags (:func:`set_taken`)."""
-    return bool(_TAKEN)
+    return _taken is not None

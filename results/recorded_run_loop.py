@@ -40,11 +40,7 @@ def replayed_loop(meta: dict[str, Any], meta_path: Path) -> tuple[RecordedStage 
     if isinstance(users, bool) or not isinstance(users, int) or users < 1:
         raise TraceError(meta_path, f"must be a whole number >= 1, got {users!r}"[:200],
                          field="closed_loop.num_users")
-    think = loop.get("think_time_s", 0.0)
-    if isinstance(think, bool) or not isinstance(think, int | float) or not (
-            math.isfinite(think) and think >= 0):
-        raise TraceError(meta_path, f"must be a time >= 0, got {think!r}"[:200],
-                         field="closed_loop.think_time_s")
+    think = _seconds(loop.get("think_time_s", 0.0), meta_path, "closed_loop.think_time_s")
     capped = loop.get("not_before_arrival") is True
     kind = "capped loop" if capped else "closed loop"
     said = f"{kind} of {users} user{'' if users == 1 else 's'}"
@@ -80,17 +76,22 @@ def _time_limit(meta: dict[str, Any], meta_path: Path) -> tuple[float, float] | 
     if not isinstance(limit, dict):
         raise TraceError(meta_path, "must be a table of the replay's time limit",
                          field="time_limit")
-    until, grace = limit.get("send_until_s"), limit.get("grace_s", "inf")
-    if isinstance(until, bool) or not isinstance(until, int | float) or not (
-            math.isfinite(until) and until >= 0):
-        raise TraceError(meta_path, f"must be a time >= 0, got {until!r}"[:200],
-                         field="time_limit.send_until_s")
-    if grace == "inf":
-        grace = math.inf
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-        raise TraceError(meta_path, f"must be a time >= 0 or \"inf\", got {grace!r}"[:200],
-                         field="time_limit.grace_s")
-    return float(until), float(grace)
+    return (_seconds(limit.get("send_until_s"), meta_path, "time_limit.send_until_s"),
+            _seconds(limit.get("grace_s", "inf"), meta_path, "time_limit.grace_s",
+                     inf_ok=True))
+
+
+def _seconds(value: Any, meta_path: Path, field: str, *, inf_ok: bool = False) -> float:
+    """``value`` as a time >= 0 (finite unless ``inf_ok``, which also takes ``"inf"``, as
+    JSON spells no limit); ``TraceError`` naming ``field`` otherwise."""
+    if inf_ok and value == "inf":
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            value >= 0 and (inf_ok or math.isfinite(value))):
+        also = ' or "inf"' if inf_ok else ""
+        raise TraceError(meta_path, f"must be a time >= 0{also}, got {value!r}"[:200],
+                         field=field)
+    return float(value)
 
 
 def _limit_words(limit: tuple[float, float]) -> str:
