@@ -385,14 +385,14 @@ class _Replay:
             if not self.todo:
                 return
             workers = [
-                asyncio.create_task(_ends_cancelled(self._arrivals())),
-                asyncio.create_task(_ends_cancelled(self._timers())),
-                asyncio.create_task(_ends_cancelled(self._poll(info.has_metrics))),
+                _task_of(self._arrivals()),
+                _task_of(self._timers()),
+                _task_of(self._poll(info.has_metrics)),
             ]
             if self.config.time_limit is not None:
-                workers.append(asyncio.create_task(_ends_cancelled(keep_time_limit(
+                workers.append(_task_of(keep_time_limit(
                     self.config.time_limit, clock=self.now, stop_sending=self._stop_sending,
-                    cancel_running=self._cancel_running))))
+                    cancel_running=self._cancel_running)))
             try:
                 await self.finished.wait()
             finally:
@@ -572,7 +572,7 @@ class _Replay:
                 st.reserved_tokens = action.lease.reserved_tokens
                 st.generation += 1
                 st.tokens_so_far = 0
-                task = asyncio.create_task(_ends_cancelled(self._attempt(st, st.generation)))
+                task = _task_of(self._attempt(st, st.generation))
                 st.task = task
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
@@ -622,7 +622,7 @@ class _Replay:
         return self.client_of[st.request.tier].timeout_s
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(_ends_cancelled(coro))
+        task = _task_of(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -1125,6 +1125,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return str(value)
+
+
+def _task_of(coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+    """A task running ``coro`` through :func:`_ends_cancelled`. ``coro`` is closed when the
+    task is done: a task cancelled before it first ran (a request admitted and cancelled in
+    one step of the loop: a time limit's grace period of 0, a revocation) never started the
+    wrapper, which would leave ``coro`` never awaited ("RuntimeWarning: coroutine ... was
+    never awaited" when it is collected); closing a finished coroutine does nothing."""
+    task = asyncio.create_task(_ends_cancelled(coro))
+    task.add_done_callback(lambda _: coro.close())
+    return task
 
 
 async def _ends_cancelled(coro: Coroutine[Any, Any, _T]) -> _T:

@@ -18,6 +18,7 @@ a send later than ``send_until_s`` is never made)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -227,3 +228,33 @@ def test_aiperfs_time_limited_stage_awaits_its_warm_up_and_keeps_its_limit() -> 
     warm = np.flatnonzero(rec.measured["status"].astype(str).to_numpy() == "warmup")
     assert limit.awaited_rows == frozenset(warm.tolist()) and len(warm) == 2
     assert len(workload) == len(rec.workload)
+
+
+def test_a_task_cancelled_before_it_ran_leaves_no_coroutine_unawaited() -> None:
+    # a request admitted and cancelled in one step of the loop (a time limit's grace of 0):
+    # its task never started the wrapper, and the attempt's coroutine inside it was collected
+    # never awaited ('RuntimeWarning: coroutine ... was never awaited'; a failure under
+    # pytest's unraisable-exception check, seen beside two CPU-bound processes)
+    import asyncio
+    import gc
+    import warnings
+
+    from kvbudget.live.replay import _task_of
+
+    ran: list[bool] = []
+
+    async def attempt() -> None:
+        ran.append(True)
+
+    async def main() -> None:
+        task = _task_of(attempt())
+        task.cancel()  # before the loop runs it
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert not ran
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught
