@@ -67,6 +67,15 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
         ended(self, row, t)
 
     monkeypatch.setattr(TickedUsers, "ended", spy)
+    taken: list[tuple[Ticks, float]] = []  # the replay's own schedule and the ticks it gave
+    take = Ticks.take
+
+    def take_spy(self: Ticks, t: float) -> float:
+        tick = take(self, t)
+        taken.append((self, tick))
+        return tick
+
+    monkeypatch.setattr(Ticks, "take", take_spy)
     first = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25]  # AIPerf's recorded issue times: the first ticks
     w = from_columns(first + [0.25] * 2, [20] * 8, [12] * 8, tiers=["batch"] * 8)
     loop = ClosedLoop(2, not_before_arrival=True, tick_rate_per_s=20.0, tick_pattern=pattern)
@@ -79,14 +88,25 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
     rec = out.records.sort_values("request_id")
     arrival = rec["arrival_s"].to_numpy()
     assert fake.state.max_active <= 2 and (np.diff(arrival) >= 0).all()
+    replay_ticks, replay_took = taken[0][0], [tick for _, tick in taken]
+    assert all(own is replay_ticks for own, _ in taken)
     # the ticks each row took, for the ends the replay saw: the first two at once, then each
-    # at the first tick not yet taken at or after a slot's free time (the simulator's Ticks)
+    # at the first tick not yet taken at or after a slot's free time (the simulator's Ticks).
+    # A Poisson schedule draws its ticks as it is asked (Ticks: a query earlier than a drawn
+    # tick draws in the gap), and the replay asks at times a loaded machine moves: its own
+    # ticks are checked there, each at or after its slot's free time; a grid's are the same
+    # whoever asks, so they are worked out again here
     ticks = Ticks(list(w.arrival_s), loop, seed=3)
     free = [0.0, 0.0]
     took = []
     for row in range(len(w)):
-        took.append(ticks.take(heapq.heappop(free)))
+        slot_free = heapq.heappop(free)
+        took.append(ticks.take(slot_free))
+        if pattern == "poisson":
+            assert replay_took[row] >= slot_free - 1e-9, (row, replay_took, slot_free)
         heapq.heappush(free, seen[row])
+    if pattern == "poisson":
+        took, ticks = replay_took, replay_ticks
     assert (arrival >= np.array(took) - 1e-9).all(), (arrival, took)
     # one request a tick: the recording's issue times hold 0.25 three times (three ticks
     # there), so a time may be taken as often as the schedule holds it, never more
