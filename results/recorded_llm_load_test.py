@@ -137,6 +137,21 @@ def _config(doc: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _streamed(path: Path, doc: Mapping[str, Any], ttft: np.ndarray) -> None:
+    """Refuse a run made with ``plugin_options.streaming: false``: its plugins time only the
+    whole answer (``request_http`` sets no ``first_token_time``; the first layout's
+    ``_calculate_results`` writes no ``ttft``), so no request has a TTFT to compare."""
+    if dig(doc, "config", "plugin_options", "streaming") is False and np.isnan(ttft).all():
+        raise TraceError(
+            path,
+            "the run did not stream (llm-load-test's plugin_options.streaming: false): its "
+            "requests hold the whole answer's time, no first token's; kvbudget compares "
+            "streamed TTFT, TPOT and E2E: record a streamed run (plugin_options.streaming: "
+            "true)",
+            field="config.plugin_options.streaming",
+        )
+
+
 def read_llm_load_test(
     path: Path, default_tier: str, max_output_rule: MaxOutputRule | None = None
 ) -> Recording:
@@ -150,6 +165,7 @@ def read_llm_load_test(
             field="results",
         )
     rows = [_one(path, i, req) for i, req in enumerate(results)]
+    _streamed(path, doc, np.array([r[3] for r in rows]))
     prompt = np.array([r[0] for r in rows])
     if np.isnan(prompt).any():
         raise TraceError(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kvbudget.results.recordings import RecordedStage, detect_recording_format, read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.test_published_files import llm_load_test_file
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
 DRAFT = PUBLISHED / "llm-load-test-v2-draft-caikit-excerpt.json"
@@ -43,3 +45,48 @@ def test_llm_load_test_draft_ttft_out_of_range_names_its_key(tmp_path: Path) -> 
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError, match=r"results\[1\]\.TTFT.*negative time from start:"):
         read_recording(path)
+
+
+def _not_streamed(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same requests as a run with ``plugin_options.streaming: false`` wrote them: the
+    OpenAI plugin's ``request_http`` (openshift-psap/llm-load-test b27aad1) sets no ack or
+    first-token time."""
+    out = []
+    for r in results:
+        r = dict(r)
+        r.update(first_token_time=None, ack_time=None, ttft=None, tt_ack=None, itl=None)
+        out.append(r)
+    return out
+
+
+# A run with plugin_options.streaming: false (the OpenAI plugin's request_http) has no
+# first-token time: validate refused it with "no request has a measured TTFT and E2E with a
+# completed status (... missing ttft 7)", not saying why nor what to do.
+def test_llm_load_test_run_that_did_not_stream_is_named_so(tmp_path: Path) -> None:
+    path, results = llm_load_test_file(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["results"] = _not_streamed(results)
+    doc["config"]["plugin_options"]["streaming"] = False
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == "config.plugin_options.streaming"
+    assert "the run did not stream" in str(info.value)
+    assert str(info.value).endswith("record a streamed run (plugin_options.streaming: true)")
+
+
+def test_llm_load_test_first_layout_not_streamed_is_named_so(tmp_path: Path) -> None:
+    # 64f000d plugins/plugin.py _calculate_results (streaming: False): no ttft key at all
+    doc = json.loads(DRAFT.read_text())
+    for r in doc["results"]:
+        for key in ("TT_ack", "TTFT", "TPOT"):
+            del r[key]
+    doc["config"]["plugin_options"] = {"streaming": False}
+    path = tmp_path / "output.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match="the run did not stream"):
+        read_recording(path)
+    # one streamed request among them is read as before (the flag alone refuses nothing)
+    doc["results"][0]["TTFT"] = 100.0
+    path.write_text(json.dumps(doc))
+    assert read_recording(path).counts["num_measured"] == 1
