@@ -120,12 +120,25 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
 
 
+METRIC_VALUE_COLUMNS = frozenset({"performance", "value"})
+"""The column beside ``metric`` that holds each figure in a table of one row a metric: ROCm
+MAD's ``perf.csv`` (github.com/ROCm/MAD e162173 ``test_logs/perf_Kimi-K3.csv``: ``model, ...,
+cmd, performance, metric, unit``, its rows ``throughput_tot``, ``median_ttft``...), which
+kvbudget read as the generic format and refused for a missing ``prompt_tokens`` column."""
+
+
 def aggregate_table_refusal(header: Iterable[str]) -> str | None:
     """Why a CSV with ``header`` holds no request: two or more of its columns name statistics
     and none is a column of the generic records format; else None."""
     names = [h.strip() for h in header]
     if PER_REQUEST_COLUMNS & {n.lower() for n in names}:
         return None
+    value = [n for n in names if n.lower() in METRIC_VALUE_COLUMNS]
+    if "metric" in {n.lower() for n in names} and value:
+        return (
+            f"holds aggregate figures, one row a metric (its metric column names a figure, "
+            f"{value[0]} holds it: ROCm MAD's perf.csv is so), {NEEDED}"
+        )
     stats = [n for n in names if _is_stat(n)]
     if len(stats) < 2:
         return None
