@@ -178,12 +178,9 @@ def _timed(key: str) -> bool:
     )
 
 
-def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
-    """Why request objects of no tool kvbudget reads cannot be read: a JSON list of them (the
-    document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
-    line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
-    send time is among their keys, and what to write instead; None where no such object is
-    found."""
+def _object_lists(doc: object) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The lists of objects in ``doc`` (itself, or a list under one of its keys), each with
+    where it is (``"under 'data': "``), its first 8 items checked to be objects."""
     lists = (
         [("", doc)]
         if isinstance(doc, list)
@@ -191,9 +188,20 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
         if isinstance(doc, Mapping)
         else []
     )
-    for where, items in lists:
-        if not items or not all(isinstance(x, Mapping) for x in items[:8]):
-            continue
+    return [
+        (where, items)
+        for where, items in lists
+        if items and all(isinstance(x, Mapping) for x in items[:8])
+    ]
+
+
+def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
+    """Why request objects of no tool kvbudget reads cannot be read: a JSON list of them (the
+    document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
+    line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
+    send time is among their keys, and what to write instead; None where no such object is
+    found."""
+    for where, items in _object_lists(doc):
         said = _requests_said([str(k) for k in items[0]])
         if said:
             return (
@@ -235,16 +243,7 @@ def dataset_refusal(doc: object) -> str | None:
     such as github.com/rh-aiservices-bu/llm-d-playbook 7a43b29 ``guidellm/shared-prefix-data.
     json`` (``{"data": [{"prompt": ..., "output_tokens_count": 256}]}``, GuideLLM's ``--data``),
     which kvbudget told to "pass a format", though none fits; None for anything else."""
-    lists = (
-        [("", doc)]
-        if isinstance(doc, list)
-        else [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
-        if isinstance(doc, Mapping)
-        else []
-    )
-    for where, items in lists:
-        if not items or not all(isinstance(x, Mapping) for x in items[:8]):
-            continue
+    for where, items in _object_lists(doc):
         keys = [str(k) for k in items[0]]
         if any(_timed(k) for k in keys) or not any(
             k.lower() in PROMPT_KEYS and isinstance(items[0][k], str | list) for k in keys

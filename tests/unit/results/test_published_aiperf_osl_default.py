@@ -10,13 +10,8 @@ from pathlib import Path
 
 from kvbudget.results.recordings import RecordedStage, read_recording
 
-RUN = (
-    Path(__file__).resolve().parents[2]
-    / "fixtures"
-    / "recordings"
-    / "published"
-    / "aiperf-gpt-oss-20b-cancel10-excerpt"
-)
+PUBLISHED = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
+RUN = PUBLISHED / "aiperf-gpt-oss-20b-cancel10-excerpt"
 
 
 # github.com/ai-dynamo/aiperf examples/artifacts/run1 at 7c31f57 (openai/gpt-oss-20b,
