@@ -17,21 +17,37 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-STAT_WORDS = frozenset({"mean", "avg", "average", "median", "std", "stdev", "stddev",
-                        "throughput", "tput", "percentile", "percentiles", "qps", "rps"})
+STAT_WORDS = frozenset(
+    {
+        "mean",
+        "avg",
+        "average",
+        "median",
+        "std",
+        "stdev",
+        "stddev",
+        "throughput",
+        "tput",
+        "percentile",
+        "percentiles",
+        "qps",
+        "rps",
+    }
+)
 """Words of a key or column that name a statistic over requests, not one request's figure
 (with ``p50``, ``p99``, ``p999`` and their kin: :func:`_is_stat`)."""
 
-PER_REQUEST_COLUMNS = frozenset({"arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
-                                 "e2e_s"})
+PER_REQUEST_COLUMNS = frozenset({"arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s"})
 """The generic records format's columns (docs/recordings.md): a header with any of them is a
 per-request table, whatever else it holds."""
 
-NEEDED = ("not per-request records: kvbudget replays each request (its send time, prompt and "
-          "output tokens, TTFT and E2E); pass a load tool's per-request file (docs/"
-          "recordings.md lists them: vllm bench serve --save-detailed, a GuideLLM report, "
-          "AIPerf's profile_export.jsonl, ...) or the generic records format (arrival_s, "
-          "prompt_tokens, output_tokens, ttft_s, e2e_s)")
+NEEDED = (
+    "not per-request records: kvbudget replays each request (its send time, prompt and "
+    "output tokens, TTFT and E2E); pass a load tool's per-request file (docs/"
+    "recordings.md lists them: vllm bench serve --save-detailed, a GuideLLM report, "
+    "AIPerf's profile_export.jsonl, ...) or the generic records format (arrival_s, "
+    "prompt_tokens, output_tokens, ttft_s, e2e_s)"
+)
 
 
 RATE = re.compile(r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$")
@@ -40,8 +56,18 @@ statistic over the requests of the window, not one request's figure. The short f
 llama-bench wrapper's (github.com/MMeffert/intel-llm-bench 057f2c2 ``results.jsonl``: one line
 a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format")."""
 
-TIME_COLUMNS = frozenset({"time_elapsed", "elapsed", "elapsed_s", "timestamp", "time", "time_s",
-                          "window_start", "interval"})
+TIME_COLUMNS = frozenset(
+    {
+        "time_elapsed",
+        "elapsed",
+        "elapsed_s",
+        "timestamp",
+        "time",
+        "time_s",
+        "window_start",
+        "interval",
+    }
+)
 """A column of when a row was taken: with rates beside it, each row is a time window (Locust's
 ``*_stats_history.csv``, bentoml/llm-bench's five-second rows)."""
 
@@ -53,8 +79,10 @@ def _words(name: str) -> list[str]:
 
 def _is_stat(name: str) -> bool:
     words = _words(name)
-    return (any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
-            or RATE.search("_".join(words)) is not None)
+    return (
+        any(w in STAT_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in words)
+        or RATE.search("_".join(words)) is not None
+    )
 
 
 def _said(names: Iterable[str]) -> str:
@@ -81,11 +109,22 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
     for _ in range(NESTED_STATS):
         stats += [f"{where}{k}" for where, obj in level for k in obj if _is_stat(str(k))]
-        level = [(f"{where}{k}.", v) for where, obj in level for k, v in obj.items()
-                 if isinstance(v, Mapping)]
+        level = [
+            (f"{where}{k}.", v)
+            for where, obj in level
+            for k, v in obj.items()
+            if isinstance(v, Mapping)
+        ]
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
+
+
+METRIC_VALUE_COLUMNS = frozenset({"performance", "value"})
+"""The column beside ``metric`` that holds each figure in a table of one row a metric: ROCm
+MAD's ``perf.csv`` (github.com/ROCm/MAD e162173 ``test_logs/perf_Kimi-K3.csv``: ``model, ...,
+cmd, performance, metric, unit``, its rows ``throughput_tot``, ``median_ttft``...), which
+kvbudget read as the generic format and refused for a missing ``prompt_tokens`` column."""
 
 
 def aggregate_table_refusal(header: Iterable[str]) -> str | None:
@@ -94,19 +133,29 @@ def aggregate_table_refusal(header: Iterable[str]) -> str | None:
     names = [h.strip() for h in header]
     if PER_REQUEST_COLUMNS & {n.lower() for n in names}:
         return None
+    value = [n for n in names if n.lower() in METRIC_VALUE_COLUMNS]
+    if "metric" in {n.lower() for n in names} and value:
+        return (
+            f"holds aggregate figures, one row a metric (its metric column names a figure, "
+            f"{value[0]} holds it: ROCm MAD's perf.csv is so), {NEEDED}"
+        )
     stats = [n for n in names if _is_stat(n)]
     if len(stats) < 2:
         return None
     times = [n for n in names if n.lower() in TIME_COLUMNS]
-    rows = (f"one row a time window ({times[0]}: a time series)" if times
-            else "one row a run or a metric")
+    rows = (
+        f"one row a time window ({times[0]}: a time series)"
+        if times
+        else "one row a run or a metric"
+    )
     return f"holds aggregate figures, {rows} ({_said(stats)}), {NEEDED}"
 
 
 LATENCY_WORDS = frozenset({"ttft", "latency", "e2e", "e2el", "tpot", "itl"})
 """Words of a key that name one request's measured time."""
-SEND_WORDS = frozenset({"start", "send", "sent", "arrival", "timestamp", "created", "begin",
-                        "issued", "scheduled"})
+SEND_WORDS = frozenset(
+    {"start", "send", "sent", "arrival", "timestamp", "created", "begin", "issued", "scheduled"}
+)
 """Words of a key that may hold when a request was sent."""
 FINISH_WORDS = frozenset({"complete", "completed", "end", "finish", "finished", "done"})
 """Words of a key that may hold when a request's answer ended (``t_complete``, ``end_time``)."""
@@ -122,9 +171,28 @@ def _timed(key: str) -> bool:
     9c1f1d8 ``results/*-vllm-c16.json``, beside its ``t_request_sent``, which kvbudget told
     to "pass a format", though none fits)."""
     words = set(_words(key))
-    return bool(LATENCY_WORDS & words
-                or ("first" in words and words & {"token", "chunk"})
-                or (FINISH_WORDS & words and not NOT_A_TIME & words))
+    return bool(
+        LATENCY_WORDS & words
+        or ("first" in words and words & {"token", "chunk"})
+        or (FINISH_WORDS & words and not NOT_A_TIME & words)
+    )
+
+
+def _object_lists(doc: object) -> list[tuple[str, list[Mapping[str, Any]]]]:
+    """The lists of objects in ``doc`` (itself, or a list under one of its keys), each with
+    where it is (``"under 'data': "``), its first 8 items checked to be objects."""
+    lists = (
+        [("", doc)]
+        if isinstance(doc, list)
+        else [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
+        if isinstance(doc, Mapping)
+        else []
+    )
+    return [
+        (where, items)
+        for where, items in lists
+        if items and all(isinstance(x, Mapping) for x in items[:8])
+    ]
 
 
 def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | None:
@@ -133,20 +201,60 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
     send time is among their keys, and what to write instead; None where no such object is
     found."""
-    lists = ([("", doc)] if isinstance(doc, list) else
-             [(f"under {k!r}: ", v) for k, v in doc.items() if isinstance(v, list)]
-             if isinstance(doc, Mapping) else [])
-    for where, items in lists:
-        if not items or not all(isinstance(x, Mapping) for x in items[:8]):
-            continue
+    for where, items in _object_lists(doc):
         said = _requests_said([str(k) for k in items[0]])
         if said:
-            return (f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                    f"reads ({where}{said}")
+            return (
+                f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
+                f"reads ({where}{said}"
+            )
     one = _one_request(doc) if one_a_line else None
     if one:
-        return ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
-                f"({one}")
+        return (
+            f"holds per-request results, one a line, in a layout of no tool kvbudget reads ({one}"
+        )
+    return None
+
+
+PROMPT_KEYS = frozenset(
+    {
+        "prompt",
+        "instruction",
+        "question",
+        "input",
+        "context",
+        "content",
+        "conversation",
+        "conversations",
+        "turn",
+        "text",
+        "messages",
+    }
+)
+"""The keys a load tool takes a dataset's prompt text from: GuideLLM's ``text_column``
+candidates (github.com/vllm-project/guidellm 3fed53a ``src/guidellm/data/preprocessors/
+mappers.py`` ``GenerativeColumnMapper.defaults``), ShareGPT's ``conversations`` and a chat's
+``messages``."""
+
+
+def dataset_refusal(doc: object) -> str | None:
+    """Why a load tool's input dataset cannot be replayed: a JSON list of prompts to send (the
+    document, or a list under one of its keys), each with a prompt text and no measured time,
+    such as github.com/rh-aiservices-bu/llm-d-playbook 7a43b29 ``guidellm/shared-prefix-data.
+    json`` (``{"data": [{"prompt": ..., "output_tokens_count": 256}]}``, GuideLLM's ``--data``),
+    which kvbudget told to "pass a format", though none fits; None for anything else."""
+    for where, items in _object_lists(doc):
+        keys = [str(k) for k in items[0]]
+        if any(_timed(k) for k in keys) or not any(
+            k.lower() in PROMPT_KEYS and isinstance(items[0][k], str | list) for k in keys
+        ):
+            continue
+        return (
+            f"is a load tool's input dataset, {len(items)} prompt(s) to send ({where}"
+            f"{_said(keys)}; GuideLLM --data, vllm bench serve --dataset-path, ...), not a "
+            "recording: no request's send or measured time is in it; pass the result file "
+            "the tool wrote when it sent them (docs/recordings.md)"
+        )
     return None
 
 
@@ -158,8 +266,9 @@ def _one_request(doc: object) -> str | None:
     told to "pass a format", though none fits); None for anything else."""
     if not isinstance(doc, Mapping) or any(isinstance(v, (list, Mapping)) for v in doc.values()):
         return None
-    numbers = [str(k) for k, v in doc.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [
+        str(k) for k, v in doc.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     return _requests_said([str(k) for k in doc], timed_among=numbers)
 
 
@@ -173,12 +282,20 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
         return None
     sent = any(SEND_WORDS.intersection(_words(k)) for k in keys)
     shown = timed + [k for k in keys if k not in timed]  # the times first
-    return (f"{_said(shown)})"
-            + ("" if sent else ", with no send time among their keys, which kvbudget "
-               "needs to replay them")
-            + ": write them as the generic records format (arrival_s, prompt_tokens, "
-            "output_tokens, ttft_s, e2e_s; docs/recordings.md"
-            + ("; ttft_s and e2e_s are times from the send: the first token's and the end's "
-               "timestamps less the send's" if any(not LATENCY_WORDS & set(_words(k))
-                                                    for k in timed) else "")
-            + ") or pass a load tool's per-request file")
+    return (
+        f"{_said(shown)})"
+        + (
+            ""
+            if sent
+            else ", with no send time among their keys, which kvbudget needs to replay them"
+        )
+        + ": write them as the generic records format (arrival_s, prompt_tokens, "
+        "output_tokens, ttft_s, e2e_s; docs/recordings.md"
+        + (
+            "; ttft_s and e2e_s are times from the send: the first token's and the end's "
+            "timestamps less the send's"
+            if any(not LATENCY_WORDS & set(_words(k)) for k in timed)
+            else ""
+        )
+        + ") or pass a load tool's per-request file"
+    )

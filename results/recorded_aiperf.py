@@ -641,11 +641,14 @@ def _fixed_osl(summary: Mapping[str, Any]) -> int | None:
     ``aiperf/dataset/composer/base.py:59-70`` ``_set_max_tokens``, ``dataset/utils.py:113-124``;
     0.13.0 the same from the dataset's ``osl``): the summary keeps it as
     ``input_config.input.prompt.output_tokens`` (0.1.x, data from no ``--input-file``) or a
-    synthetic dataset's ``prompts.osl`` (0.13, one dataset)."""
-    dists = []
+    synthetic dataset's ``prompts.osl`` (0.13, one dataset). The 0.1.x summary leaves out a
+    stddev not given (``json_exporter.py`` ``model_dump_json(exclude_unset=True)``), which is
+    then AIPerf's default, 0 (``config_defaults.py`` ``OutputTokensDefaults.STDDEV = 0``, from
+    its first ``OutputTokensConfig``, 28b75bef, to 0.1.1 and on)."""
+    dists: list[Mapping[str, Any]] = []
     old = dig(summary, "input_config", "input", "prompt", "output_tokens")
     if isinstance(old, Mapping) and dig(summary, "input_config", "input", "file") is None:
-        dists.append(old)
+        dists.append({"stddev": 0, **old})
     datasets = dig(summary, "input_config", "datasets")
     if isinstance(datasets, list) and len(datasets) == 1 and isinstance(datasets[0], Mapping) \
             and datasets[0].get("type") == "synthetic":

@@ -46,15 +46,19 @@ TOOL = "llm-load-test"
 def is_llm_load_test(doc: Mapping[str, Any]) -> bool:
     """llm-load-test's output: ``results`` of ``RequestResult`` objects beside ``config``
     (its first layout, 64f000d to 36eb1ca, Jan-Feb 2024: ``start``, ``end``, ``worker_id`` and
-    ``ttft`` in ms, ``plugins/plugin.py`` ``_calculate_results_stream``)."""
+    ``ttft`` in ms, ``plugins/plugin.py`` ``_calculate_results_stream``; its v2 draft before
+    that, 262e682 to cf9b7b5, Dec 2023 - Jan 2024, the same with ``TTFT``, ``TT_ack`` and
+    ``TPOT``, ``plugins/caikit_client_plugin.py`` then ``plugins/plugin.py``
+    ``calculate_results``)."""
     results = doc.get("results")
     first = results[0] if isinstance(results, list) and results else None
     if not isinstance(first, Mapping) or "config" not in doc:
         return False
     keys = set(first)
-    return ({"user_id", "start_time", "end_time"} <= keys and (
-        "first_token_time" in keys or "output_tokens_before_timeout" in keys)) or \
-        {"worker_id", "start", "end", "input_tokens"} <= keys
+    return (
+        {"user_id", "start_time", "end_time"} <= keys
+        and ("first_token_time" in keys or "output_tokens_before_timeout" in keys)
+    ) or {"worker_id", "start", "end", "input_tokens"} <= keys
 
 
 def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, float, str]:
@@ -70,21 +74,34 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     t1 = number(req.get(key1), path, f"{where}.{key1}")
     p = number(req.get("input_tokens"), path, f"{where}.input_tokens")
     o = number(req.get("output_tokens"), path, f"{where}.output_tokens")
+    # its draft (262e682 to cf9b7b5, Dec 2023 - Jan 2024) wrote ``TTFT``, then ``ttft``
+    ttft_key = "TTFT" if first_layout and "ttft" not in req and "TTFT" in req else "ttft"
     if first_layout:  # its TTFT in ms from the send
-        ttft = number(req.get("ttft"), path, f"{where}.ttft") / 1000.0
+        ttft = number(req.get(ttft_key), path, f"{where}.{ttft_key}") / 1000.0
     else:
         ttft = number(req.get("first_token_time"), path, f"{where}.first_token_time") - t0
     e2e = t1 - t0
-    for name, value in (("ttft" if first_layout else "first_token_time", ttft), (key1, e2e)):
+    for name, value in ((ttft_key if first_layout else "first_token_time", ttft), (key1, e2e)):
         if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
-            raise TraceError(path, f"{'negative' if value < 0 else 'implausible'} time from "
-                             f"start_time: {value:g} s", field=f"{where}.{name}")
+            raise TraceError(
+                path,
+                f"{'negative' if value < 0 else 'implausible'} time from {key0}: {value:g} s",
+                field=f"{where}.{name}",
+            )
     if not math.isnan(ttft) and not math.isnan(e2e) and e2e < ttft - 1e-9:
-        raise TraceError(path, f"the request ends ({e2e:g} s) before its first token "
-                         f"({ttft:g} s)", field=f"{where}.{key1}")
+        raise TraceError(
+            path,
+            f"the request ends ({e2e:g} s) before its first token ({ttft:g} s)",
+            field=f"{where}.{key1}",
+        )
     code, text = req.get("error_code"), req.get("error_text")
-    status = "completed" if code is None and not text else \
-        f"error ({code})" if code is not None else "error"
+    status = (
+        "completed"
+        if code is None and not text
+        else f"error ({code})"
+        if code is not None
+        else "error"
+    )
     return p, 0.0 if math.isnan(o) else o, t0, ttft, e2e, status
 
 
@@ -93,11 +110,16 @@ def _stage(path: Path, doc: Mapping[str, Any], notes: list[str]) -> RecordedStag
     users = dig(doc, "config", "load_options", "concurrency")
     if isinstance(users, int) and not isinstance(users, bool) and users >= 1:
         return RecordedStage(f"concurrency {users}", "closed", None, users)
-    notes.append("config.load_options.concurrency names no one number of users: load mode "
-                 "unknown, replayed at the recorded sends")
+    notes.append(
+        "config.load_options.concurrency names no one number of users: load mode "
+        "unknown, replayed at the recorded sends"
+    )
     if users is not None and not isinstance(users, list):
-        raise TraceError(path, f"must be a whole number >= 1, got {users!r}",
-                         field="config.load_options.concurrency")
+        raise TraceError(
+            path,
+            f"must be a whole number >= 1, got {users!r}",
+            field="config.load_options.concurrency",
+        )
     return RecordedStage("", "unknown", None, None)
 
 
@@ -115,46 +137,95 @@ def _config(doc: Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
-def read_llm_load_test(path: Path, default_tier: str,
-                       max_output_rule: MaxOutputRule | None = None) -> Recording:
+def _streamed(path: Path, doc: Mapping[str, Any], ttft: np.ndarray) -> None:
+    """Refuse a run made with ``plugin_options.streaming: false``: its plugins time only the
+    whole answer (``request_http`` sets no ``first_token_time``; the first layout's
+    ``_calculate_results`` writes no ``ttft``), so no request has a TTFT to compare."""
+    if dig(doc, "config", "plugin_options", "streaming") is False and np.isnan(ttft).all():
+        raise TraceError(
+            path,
+            "the run did not stream (llm-load-test's plugin_options.streaming: false): its "
+            "requests hold the whole answer's time, no first token's; kvbudget compares "
+            "streamed TTFT, TPOT and E2E: record a streamed run (plugin_options.streaming: "
+            "true)",
+            field="config.plugin_options.streaming",
+        )
+
+
+def read_llm_load_test(
+    path: Path, default_tier: str, max_output_rule: MaxOutputRule | None = None
+) -> Recording:
     """Read llm-load-test's ``output.json``."""
     doc = load_json(path)
     results = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or not isinstance(results, list) or not results:
-        raise TraceError(path, "must hold a non-empty list of requests (llm-load-test's "
-                         "output.json)", field="results")
+        raise TraceError(
+            path,
+            "must hold a non-empty list of requests (llm-load-test's output.json)",
+            field="results",
+        )
     rows = [_one(path, i, req) for i, req in enumerate(results)]
+    _streamed(path, doc, np.array([r[3] for r in rows]))
     prompt = np.array([r[0] for r in rows])
     if np.isnan(prompt).any():
-        raise TraceError(path, "missing", field=f"results[{int(np.argmax(np.isnan(prompt)))}]"
-                         ".input_tokens")
+        raise TraceError(
+            path, "missing", field=f"results[{int(np.argmax(np.isnan(prompt)))}].input_tokens"
+        )
     start = np.array([r[2] for r in rows], dtype=np.float64)
     notes: list[str] = []
     stage = _stage(path, doc, notes)
     workload, counts, warnings = finish_columns(
-        path, "llm-load-test", prompt=prompt, output=np.array([r[1] for r in rows]),
+        path,
+        "llm-load-test",
+        prompt=prompt,
+        output=np.array([r[1] for r in rows]),
         arrival=start - float(start.min()),
-        fields={"prompt_tokens": "input_tokens", "output_tokens": "output_tokens",
-                "arrival_s": "start_time", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output_rule=max_output_rule,
+        fields={
+            "prompt_tokens": "input_tokens",
+            "output_tokens": "output_tokens",
+            "arrival_s": "start_time",
+            "max_output_tokens": "max_tokens",
+        },
+        default_tier=default_tier,
+        max_output_rule=max_output_rule,
         # gathered user by user (load_test.py gather_results), not in send order
-        completion_order=True)
+        completion_order=True,
+    )
     order = workload.request_id
     status = [rows[r][5] for r in order.tolist()]
     counts["num_failed"] = sum(s.startswith("error") for s in status)
     notes.append(max_tokens_note(None, max_output_rule))
     if _config(doc).get("plugin") == "openai_plugin":
-        notes.append("llm-load-test's OpenAI plugin asked for max_tokens = min_tokens = the "
-                     "dataset's output length, so each realised output is what was asked")
+        notes.append(
+            "llm-load-test's OpenAI plugin asked for max_tokens = min_tokens = the "
+            "dataset's output length, so each realised output is what was asked"
+        )
     seconds = dig(doc, "config", "load_options", "duration")
     if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
-        said = time_limit_note(stage.label, stage.load, float(seconds),
-                               "llm-load-test load_options.duration", len(order))
+        said = time_limit_note(
+            stage.label,
+            stage.load,
+            float(seconds),
+            "llm-load-test load_options.duration",
+            len(order),
+        )
         if said:
             notes.append(said)
     ttft = np.array([r[3] for r in rows])
     e2e = np.array([r[4] for r in rows])
-    return build_recording(path, "llm-load-test", workload, ttft=ttft[order], e2e=e2e[order],
-                           status=status, stage=[stage.label] * len(order), itl_mean=None,
-                           config=_config(doc), counts=counts, notes=[*notes, *warnings],
-                           stages=(stage,), sent_s=start[order] - float(start.min()), tool=TOOL)
+    return build_recording(
+        path,
+        "llm-load-test",
+        workload,
+        ttft=ttft[order],
+        e2e=e2e[order],
+        status=status,
+        stage=[stage.label] * len(order),
+        itl_mean=None,
+        config=_config(doc),
+        counts=counts,
+        notes=[*notes, *warnings],
+        stages=(stage,),
+        sent_s=start[order] - float(start.min()),
+        tool=TOOL,
+    )

@@ -76,6 +76,7 @@ from typing import Any
 from kvbudget.results.recorded_aggregates import (
     aggregate_object_refusal,
     aggregate_table_refusal,
+    dataset_refusal,
     unknown_requests_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
@@ -172,12 +173,19 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     if "benchmarks" in doc:
         return "guidellm"
     details = doc.get("details")
-    if "input_lens" in doc or "ttfts" in doc or (
-            isinstance(details, dict) and "input_lens" in details):  # SGLang's, nested
+    if (
+        "input_lens" in doc
+        or "ttfts" in doc
+        or (isinstance(details, dict) and "input_lens" in details)
+    ):  # SGLang's, nested
         return "vllm-bench"
     meta = doc.get("metadata")
-    if isinstance(meta, dict) and ("request_start_ns" in meta or (  # AIPerf; its first layout:
-            "timestamp_ns" in meta and "credit_phase" in meta)):
+    if isinstance(meta, dict) and (
+        "request_start_ns" in meta
+        or (  # AIPerf; its first layout:
+            "timestamp_ns" in meta and "credit_phase" in meta
+        )
+    ):
         return "aiperf"
     if is_llmd_report(doc):
         return "llmd-report"
@@ -190,35 +198,78 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     summary = summary_refusal(doc)
     if summary:
         raise TraceError(path, summary[0], field=summary[1])
-    sessions = (session_report_refusal(doc) or inference_perf_prometheus_refusal(doc)
-                or flat_spans_refusal(doc))
+    sessions = (
+        session_report_refusal(doc)
+        or inference_perf_prometheus_refusal(doc)
+        or flat_spans_refusal(doc)
+    )
     if sessions:
         raise TraceError(path, sessions)
     refusals = (
-        ("aiperf_version" in doc,
-         "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the "
-         "per-request profile_export.jsonl beside it"),
-        ("input_config" in doc,  # AIPerf's without its version, or genai-perf's
-         "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "
-         "profile_export_genai_perf.json): aggregates only; pass AIPerf's per-request "
-         "profile_export.jsonl"),
-        ("load_summary" in doc and "successes" in doc,
-         "is an inference-perf summary: aggregates only; pass per_request_lifecycle_metrics.json "
-         "(report.request_lifecycle.per_request: true in its config)"),
+        (
+            "aiperf_version" in doc,
+            "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the "
+            "per-request profile_export.jsonl beside it",
+        ),
+        (
+            "input_config" in doc,  # AIPerf's without its version, or genai-perf's
+            "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "
+            "profile_export_genai_perf.json): aggregates only; pass AIPerf's per-request "
+            "profile_export.jsonl",
+        ),
+        (
+            "load_summary" in doc and "successes" in doc,
+            "is an inference-perf summary: aggregates only; pass per_request_lifecycle_metrics.json "
+            "(report.request_lifecycle.per_request: true in its config)",
+        ),
     )
     for hit, problem in refusals:
         if hit:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
-        aggregates = aggregate_object_refusal(doc) or unknown_requests_refusal(
-            doc, one_a_line=_json_lines(path))
+        aggregates = (
+            aggregate_object_refusal(doc)
+            or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
+            or dataset_refusal(doc)
+        )
         if aggregates:
             raise TraceError(path, aggregates)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
-        raise TraceError(path, f"cannot tell the recording format ({kind} of none of the "
-                         "known tools nor a record of the generic format); pass a format "
-                         f"({', '.join(RECORDING_FORMATS)})")
+        raise TraceError(
+            path,
+            f"cannot tell the recording format ({kind} of none of the "
+            "known tools nor a record of the generic format); pass a format "
+            f"({', '.join(RECORDING_FORMATS)})",
+        )
     return "records"
+
+
+def _detect_list(path: Path) -> str:
+    """The format of a file whose JSON document is a list: inference-perf's per-request
+    report, else the refusal of what the list holds."""
+    doc = load_json(path)
+    if (
+        isinstance(doc, list)
+        and doc
+        and isinstance(doc[0], dict)
+        and "start_time" in doc[0]
+        and "info" in doc[0]
+    ):
+        return "inference-perf"
+    sessions = session_report_refusal(doc)
+    if sessions:
+        raise TraceError(path, sessions)
+    summary = summary_refusal(doc)
+    if summary:
+        raise TraceError(path, summary[0], field=summary[1])
+    unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
+    if unknown:
+        raise TraceError(path, unknown)
+    raise TraceError(
+        path,
+        "cannot tell the recording format (a JSON list that is not "
+        "inference-perf's per_request_lifecycle_metrics.json)",
+    )
 
 
 def detect_recording_format(path: Path) -> str:
@@ -245,9 +296,14 @@ def detect_recording_format(path: Path) -> str:
         if is_evalscope_db(path):
             return "evalscope"
         raise TraceError(path, SQLITE_REFUSAL)
-    server_log = bench_console_refusal(head) or server_log_refusal(head.split(b"\n", 1)[0]) \
-        or mlperf_log_refusal(head) or html_refusal(head) \
-        or trtllm_bench_console_refusal(head) or llmperf_console_refusal(head)
+    server_log = (
+        bench_console_refusal(head)
+        or server_log_refusal(head.split(b"\n", 1)[0])
+        or mlperf_log_refusal(head)
+        or html_refusal(head)
+        or trtllm_bench_console_refusal(head)
+        or llmperf_console_refusal(head)
+    )
     if server_log:
         raise TraceError(path, server_log)
     suffix = path.suffix.lower()
@@ -261,30 +317,17 @@ def detect_recording_format(path: Path) -> str:
         header = first.lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace").strip().split(",")
         return "multi-round-qa" if is_multi_round_qa([h.strip() for h in header]) else "records"
     if suffix in (".yaml", ".yml"):
-
         doc = load_report(path)
         if isinstance(doc, dict):
             return _detect_object(path, doc)
-        raise TraceError(path, "cannot tell the recording format (a YAML file that is neither a "
-                         "GuideLLM report nor an llm-d-benchmark report)")
+        raise TraceError(
+            path,
+            "cannot tell the recording format (a YAML file that is neither a "
+            "GuideLLM report nor an llm-d-benchmark report)",
+        )
     text = head.lstrip()
     if text[:1] == b"[":
-
-        doc = load_json(path)
-        if isinstance(doc, list) and doc and isinstance(doc[0], dict) and \
-                "start_time" in doc[0] and "info" in doc[0]:
-            return "inference-perf"
-        sessions = session_report_refusal(doc)
-        if sessions:
-            raise TraceError(path, sessions)
-        summary = summary_refusal(doc)
-        if summary:
-            raise TraceError(path, summary[0], field=summary[1])
-        unknown = unknown_requests_refusal(doc)
-        if unknown:
-            raise TraceError(path, unknown)
-        raise TraceError(path, "cannot tell the recording format (a JSON list that is not "
-                         "inference-perf's per_request_lifecycle_metrics.json)")
+        return _detect_list(path)
     if text[:1] == b"{":
         doc = _first_json(path, text)
         if isinstance(doc, dict):
@@ -292,9 +335,15 @@ def detect_recording_format(path: Path) -> str:
     return "records"
 
 
-def read_recording(path: str | Path, *, format: str | None = None,
-                   columns: Mapping[str, str] | None = None, default_tier: str = "interactive",
-                   seed: int = 0, max_output: MaxOutputRule | None = None) -> Recording:
+def read_recording(
+    path: str | Path,
+    *,
+    format: str | None = None,
+    columns: Mapping[str, str] | None = None,
+    default_tier: str = "interactive",
+    seed: int = 0,
+    max_output: MaxOutputRule | None = None,
+) -> Recording:
     """Read a recorded run (see the module docstring for the formats).
 
     ``columns`` maps canonical names (the trace format's and :data:`MEASUREMENT_COLUMNS`) to a
@@ -306,10 +355,12 @@ def read_recording(path: str | Path, *, format: str | None = None,
     path = Path(path)
     fmt = format or detect_recording_format(path)
     if fmt not in RECORDING_FORMATS:
-        raise TraceError(path, f"unknown recording format {fmt!r}; known: "
-                         f"{', '.join(RECORDING_FORMATS)}", field="format")
+        raise TraceError(
+            path,
+            f"unknown recording format {fmt!r}; known: {', '.join(RECORDING_FORMATS)}",
+            field="format",
+        )
     if fmt == "run":
-
         return read_run_dir(path, default_tier)
     if fmt == "records":
         if not columns and path.suffix.lower() == ".csv":
@@ -328,25 +379,20 @@ def _refuse_aggregate_table(path: Path) -> None:
         raise TraceError(path, aggregates, line=1)
 
 
-def _read_tool_file(path: Path, fmt: str, default_tier: str, seed: int,
-                    max_output: MaxOutputRule | None) -> Recording:
+def _read_tool_file(
+    path: Path, fmt: str, default_tier: str, seed: int, max_output: MaxOutputRule | None
+) -> Recording:
     if fmt == "vllm-bench":
-
         return read_vllm_bench(path, default_tier, seed, max_output)
     if fmt == "guidellm":
-
         return read_guidellm(path, default_tier, max_output)
     if fmt == "aiperf":
-
         return read_aiperf(path, default_tier, max_output)
     if fmt == "inference-perf":
-
         return read_inference_perf(path, default_tier, max_output, seed)
     if fmt == "llm-load-test":
-
         return read_llm_load_test(path, default_tier, max_output)
     if fmt == "multi-round-qa":
-
         return read_multi_round_qa(path, default_tier, max_output)
     if fmt == "evalscope":
         return read_evalscope(path, default_tier, max_output)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,12 +20,21 @@ from kvbudget.workloads.errors import TraceError
 NEEDS = "not per-request records: kvbudget replays each request"
 
 
-@pytest.mark.parametrize("doc", [
-    {"model": "llama", "concurrency": 8, "mean_ttft_ms": 45.2, "p99_ttft_ms": 120.1,
-     "throughput_tok_s": 1500.2, "num_requests": 500},
-    {"ttft": {"mean": 0.045, "p50": 0.04, "p99": 0.12}, "num_requests": 500},
-])
-def test_a_json_object_of_aggregates_is_said_to_be_one(tmp_path: Path, doc: dict) -> None:
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {
+            "model": "llama",
+            "concurrency": 8,
+            "mean_ttft_ms": 45.2,
+            "p99_ttft_ms": 120.1,
+            "throughput_tok_s": 1500.2,
+            "num_requests": 500,
+        },
+        {"ttft": {"mean": 0.045, "p50": 0.04, "p99": 0.12}, "num_requests": 500},
+    ],
+)
+def test_a_json_object_of_aggregates_is_said_to_be_one(tmp_path: Path, doc: dict[str, Any]) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError) as err:
@@ -36,8 +46,10 @@ def test_a_json_object_of_aggregates_is_said_to_be_one(tmp_path: Path, doc: dict
 
 def test_a_csv_of_aggregate_rows_is_said_to_be_one(tmp_path: Path) -> None:
     path = tmp_path / "sweep.csv"
-    path.write_text("concurrency,throughput,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms\n"
-                    "1,100.2,40.1,39.0,60.2\n8,700.5,55.3,50.1,120.0\n")
+    path.write_text(
+        "concurrency,throughput,mean_ttft_ms,p50_ttft_ms,p99_ttft_ms\n"
+        "1,100.2,40.1,39.0,60.2\n8,700.5,55.3,50.1,120.0\n"
+    )
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
@@ -45,11 +57,14 @@ def test_a_csv_of_aggregate_rows_is_said_to_be_one(tmp_path: Path) -> None:
     assert NEEDS in said and "prompt_tokens" in said and "missing column" not in said
 
 
-@pytest.mark.parametrize("doc", [
-    {"name": "x", "mean_ttft_ms": 1.0, "p99_ttft_ms": 2.0, "samples_ms": [0.1, 0.2]},
-    {"name": "x", "mean_ttft_ms": 1.0, "max_tokens": 256},
-])
-def test_other_unknown_json_keeps_its_refusal(tmp_path: Path, doc: dict) -> None:
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"name": "x", "mean_ttft_ms": 1.0, "p99_ttft_ms": 2.0, "samples_ms": [0.1, 0.2]},
+        {"name": "x", "mean_ttft_ms": 1.0, "max_tokens": 256},
+    ],
+)
+def test_other_unknown_json_keeps_its_refusal(tmp_path: Path, doc: dict[str, Any]) -> None:
     # per-request lists beside the figures, or a single statistic: not said to be aggregates
     path = tmp_path / "other.json"
     path.write_text(json.dumps(doc))
@@ -59,19 +74,28 @@ def test_other_unknown_json_keeps_its_refusal(tmp_path: Path, doc: dict) -> None
 
 def test_a_per_request_csv_missing_a_column_keeps_its_refusal(tmp_path: Path) -> None:
     path = tmp_path / "records.csv"
-    path.write_text("arrival_s,output_tokens,ttft_s,e2e_s,mean_itl_s,p99_itl_s\n"
-                    "0.0,30,0.03,0.25,0.007,0.009\n")
+    path.write_text(
+        "arrival_s,output_tokens,ttft_s,e2e_s,mean_itl_s,p99_itl_s\n0.0,30,0.03,0.25,0.007,0.009\n"
+    )
     with pytest.raises(TraceError, match="missing column 'prompt_tokens'"):
         read_recording(path)
 
 
 def test_a_column_mapping_reads_the_file_as_the_user_named_it(tmp_path: Path) -> None:
     path = tmp_path / "records.csv"
-    path.write_text("start,p_in,n_out,ttft_mean,e2e_mean\n0.0,200,30,0.03,0.25\n"
-                    "0.1,200,30,0.03,0.25\n")
-    rec = read_recording(path, columns={"arrival_s": "start", "prompt_tokens": "p_in",
-                                        "output_tokens": "n_out", "ttft_s": "ttft_mean",
-                                        "e2e_s": "e2e_mean"})
+    path.write_text(
+        "start,p_in,n_out,ttft_mean,e2e_mean\n0.0,200,30,0.03,0.25\n0.1,200,30,0.03,0.25\n"
+    )
+    rec = read_recording(
+        path,
+        columns={
+            "arrival_s": "start",
+            "prompt_tokens": "p_in",
+            "output_tokens": "n_out",
+            "ttft_s": "ttft_mean",
+            "e2e_s": "e2e_mean",
+        },
+    )
     assert len(rec) == 2
 
 
@@ -79,37 +103,59 @@ def test_a_csv_time_series_of_rates_is_said_to_be_one(tmp_path: Path) -> None:
     # bentoml/llm-bench's rows (6f31190, data/*.csv): one row each five seconds of a Locust run;
     # it was refused as "missing column 'prompt_tokens' needed by the generic format"
     path = tmp_path / "benchmark-openllm-user=1_time=120.0.csv"
-    path.write_text("time_elapsed,active_users,requests_per_second,total_requests,"
-                    "active_requests,cpu_utilization,gpu_utilization,gpu_memory_usage,"
-                    "response_head_latency,response_latency,response_tokens_per_second\n"
-                    "12,1,0.0,1,1,7.5,0.0,0.99,0,0,0.0\n"
-                    "17,1,3.4,20,1,8.7,87.0,0.99,0.0087,0.2545,68.0\n")
+    path.write_text(
+        "time_elapsed,active_users,requests_per_second,total_requests,"
+        "active_requests,cpu_utilization,gpu_utilization,gpu_memory_usage,"
+        "response_head_latency,response_latency,response_tokens_per_second\n"
+        "12,1,0.0,1,1,7.5,0.0,0.99,0,0,0.0\n"
+        "17,1,3.4,20,1,8.7,87.0,0.99,0.0087,0.2545,68.0\n"
+    )
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
-    assert ("holds aggregate figures, one row a time window (time_elapsed: a time series) "
-            "(requests_per_second, response_tokens_per_second)") in said
+    assert (
+        "holds aggregate figures, one row a time window (time_elapsed: a time series) "
+        "(requests_per_second, response_tokens_per_second)"
+    ) in said
     assert NEEDS in said and "missing column" not in said
 
 
 @pytest.mark.parametrize("wrap", [True, False])
-def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path,
-                                                                wrap: bool) -> None:
+def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path, wrap: bool) -> None:
     # a home-made benchmark's results (varad-more/inference-engine-benchmark-system cdb5e45,
     # results/*/single_request_latency_vllm_*.json): told "cannot tell the recording format;
     # pass a format (records, run, ...)", which none fits
-    requests = [{"request_id": i, "prompt_len": 8, "success": True, "ttft_ms": 90.4 + i,
-                 "total_ms": 5260.8, "output_tokens": 128, "error": ""} for i in range(3)]
-    doc: object = {"scenario_name": "single_request_latency", "requests": requests,
-                   "metrics": {"mean_ttft_ms": 90.0, "p99_ttft_ms": 99.0}} if wrap else requests
+    requests = [
+        {
+            "request_id": i,
+            "prompt_len": 8,
+            "success": True,
+            "ttft_ms": 90.4 + i,
+            "total_ms": 5260.8,
+            "output_tokens": 128,
+            "error": "",
+        }
+        for i in range(3)
+    ]
+    doc: object = (
+        {
+            "scenario_name": "single_request_latency",
+            "requests": requests,
+            "metrics": {"mean_ttft_ms": 90.0, "p99_ttft_ms": 99.0},
+        }
+        if wrap
+        else requests
+    )
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
-    assert ("holds 3 per-request result(s) in a layout of no tool kvbudget reads ("
-            + ("under 'requests': " if wrap else "") + "ttft_ms, request_id, prompt_len, ...)"
-            ) in said
+    assert (
+        "holds 3 per-request result(s) in a layout of no tool kvbudget reads ("
+        + ("under 'requests': " if wrap else "")
+        + "ttft_ms, request_id, prompt_len, ...)"
+    ) in said
     assert "with no send time among their keys" in said and "generic records format" in said
     assert "pass a format" not in said
     requests[0]["start_time"] = 0.0  # a send time among the keys: not said missing
@@ -124,9 +170,19 @@ def _line_records(with_start: bool) -> list[dict[str, object]]:
     # sglang-benchmark-tools 8d465f33, examples/logs/conc-32-standard__baseline.requests.jsonl:
     # no licence, so its keys only, with figures made here)
     rows: list[dict[str, object]] = [
-        {"request_id": str(i), "input_len": 4096, "output_len": 2048, "ttft_ms": 700.0 + i,
-         "tpot_ms": 9.0, "itl_ms": 10.0, "e2e_ms": 19345.0 + i, "status": "ok", "error": None}
-        for i in range(3)]
+        {
+            "request_id": str(i),
+            "input_len": 4096,
+            "output_len": 2048,
+            "ttft_ms": 700.0 + i,
+            "tpot_ms": 9.0,
+            "itl_ms": 10.0,
+            "e2e_ms": 19345.0 + i,
+            "status": "ok",
+            "error": None,
+        }
+        for i in range(3)
+    ]
     for i, row in enumerate(rows):
         if with_start:
             row["start_time"] = float(i)
@@ -141,8 +197,10 @@ def test_per_request_lines_of_no_known_tool_say_what_to_write(tmp_path: Path) ->
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
-    assert ("holds per-request results, one a line, in a layout of no tool kvbudget reads "
-            "(ttft_ms, tpot_ms, itl_ms, ...), with no send time among their keys") in said
+    assert (
+        "holds per-request results, one a line, in a layout of no tool kvbudget reads "
+        "(ttft_ms, tpot_ms, itl_ms, ...), with no send time among their keys"
+    ) in said
     assert "generic records format" in said and "pass a format" not in said
     path.write_text("".join(json.dumps(r) + "\n" for r in _line_records(True)))
     with pytest.raises(TraceError) as err:
@@ -163,20 +221,27 @@ def test_aggregates_two_objects_down_are_said_to_be_aggregates(tmp_path: Path) -
     # the layout of vllm-project/production-stack 0b945e8 mock_benchmark_results.json (a
     # router benchmark's report: averages two objects down, lists of latencies without tokens),
     # told "cannot tell the recording format ...; pass a format", which none fits
-    doc = {"timestamp": 1754149492.8,
-           "sequential_vs_parallel": {"sequential": {"total_time": 3.7, "avg_latency": 0.74},
-                                      "parallel": {"total_time": 0.55, "avg_latency": 0.45}},
-           "cache_efficiency": {"standard": {"avg_latency": 1.43, "latencies": [1.36, 1.58]},
-                                "cache_speedup": 2.74},
-           "summary": {"parallel_speedup": 6.68}}
+    doc = {
+        "timestamp": 1754149492.8,
+        "sequential_vs_parallel": {
+            "sequential": {"total_time": 3.7, "avg_latency": 0.74},
+            "parallel": {"total_time": 0.55, "avg_latency": 0.45},
+        },
+        "cache_efficiency": {
+            "standard": {"avg_latency": 1.43, "latencies": [1.36, 1.58]},
+            "cache_speedup": 2.74,
+        },
+        "summary": {"parallel_speedup": 6.68},
+    }
     path = tmp_path / "mock_benchmark_results.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
-    assert ("holds aggregate figures (sequential_vs_parallel.sequential.avg_latency, "
-            "sequential_vs_parallel.parallel.avg_latency, cache_efficiency.standard.avg_latency)"
-            ) in said
+    assert (
+        "holds aggregate figures (sequential_vs_parallel.sequential.avg_latency, "
+        "sequential_vs_parallel.parallel.avg_latency, cache_efficiency.standard.avg_latency)"
+    ) in said
     assert NEEDS in said and "pass a format" not in said
 
 
@@ -185,20 +250,36 @@ def test_per_request_timestamps_are_said_with_how_to_write_them(tmp_path: Path) 
     # results/20260531-080839-vllm-c16.json: no licence, so its keys only, figures made here):
     # each request's send, first-token and end timestamps, no latency key, so told "cannot
     # tell the recording format ...; pass a format", which none fits
-    requests = [{"prompt_id": f"short_{i:02d}", "tier": "short", "prompt": "x",
-                 "prompt_tokens": 43, "output_tokens": 256, "output_text": "y",
-                 "t_request_sent": 1780215063.09 + i, "t_first_token": 1780215064.11 + i,
-                 "t_complete": 1780215068.03 + i, "token_arrival_times": [1.02, 1.15],
-                 "batch_id": 0, "batch_t_start": 1780215063.09, "batch_t_end": 1780215121.8,
-                 "finish_reason": "length"} for i in range(2)]
+    requests = [
+        {
+            "prompt_id": f"short_{i:02d}",
+            "tier": "short",
+            "prompt": "x",
+            "prompt_tokens": 43,
+            "output_tokens": 256,
+            "output_text": "y",
+            "t_request_sent": 1780215063.09 + i,
+            "t_first_token": 1780215064.11 + i,
+            "t_complete": 1780215068.03 + i,
+            "token_arrival_times": [1.02, 1.15],
+            "batch_id": 0,
+            "batch_t_start": 1780215063.09,
+            "batch_t_end": 1780215121.8,
+            "finish_reason": "length",
+        }
+        for i in range(2)
+    ]
     path = tmp_path / "20260531-080839-vllm-c16.json"
-    path.write_text(json.dumps({"metadata": {"runner": "vllm", "concurrency": 16},
-                                "results": requests}))
+    path.write_text(
+        json.dumps({"metadata": {"runner": "vllm", "concurrency": 16}, "results": requests})
+    )
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
-    assert ("holds 2 per-request result(s) in a layout of no tool kvbudget reads (under "
-            "'results': t_first_token, t_complete, prompt_id, ...)") in said
+    assert (
+        "holds 2 per-request result(s) in a layout of no tool kvbudget reads (under "
+        "'results': t_first_token, t_complete, prompt_id, ...)"
+    ) in said
     assert "no send time" not in said and "pass a format" not in said
     assert "ttft_s and e2e_s are times from the send" in said
 
@@ -207,12 +288,47 @@ def test_a_llama_bench_wrappers_rates_are_said_to_be_aggregates(tmp_path: Path) 
     # the layout of github.com/MMeffert/intel-llm-bench 057f2c2 results.jsonl (one line a
     # model and device: llama-bench's prompt and generation rates), told "cannot tell the
     # recording format ...; pass a format", which none fits
-    rows = [{"name": "gemma-4-e4b", "quant": "Q4_K_M", "device": device, "status": "ok",
-             "pp_tok_s": 796.4, "tg_tok_s": 46.9, "vram_mb": None, "error": None,
-             "timestamp": "2026-08-13T18:29:00.547890Z"} for device in ("a770", "igpu")]
+    rows = [
+        {
+            "name": "gemma-4-e4b",
+            "quant": "Q4_K_M",
+            "device": device,
+            "status": "ok",
+            "pp_tok_s": 796.4,
+            "tg_tok_s": 46.9,
+            "vram_mb": None,
+            "error": None,
+            "timestamp": "2026-08-13T18:29:00.547890Z",
+        }
+        for device in ("a770", "igpu")
+    ]
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
     assert "holds aggregate figures (pp_tok_s, tg_tok_s)" in said and NEEDS in said
+
+
+# ROCm MAD's perf.csv (github.com/ROCm/MAD e162173 test_logs/perf_Kimi-K3.csv: a
+# benchmark_serving.py run's figures, one row a metric, in its `performance` column): refused
+# with "missing column 'prompt_tokens' needed by the generic format (the header has:
+# hf_pipeline_tag, model, benchmark, ...)", as if a --column would map it. Rows in its layout,
+# made up here.
+def test_a_csv_of_one_row_a_metric_is_said_to_be_aggregates(tmp_path: Path) -> None:
+    path = tmp_path / "perf_Kimi-K3.csv"
+    cmd = '"python -m benchmark_serving --max-concurrency 1 --num-prompts 10 --save-result"'
+    path.write_text(
+        "hf_pipeline_tag,model,benchmark,tp,inp,out,kv_cache_dtype,num_prompts,"
+        "max_concurrency,bs,cmd,performance,metric,unit\n"
+        f",Kimi-K3,serving,8,8192,1024,fp8,10,1,,{cmd},68.2,throughput_tot,tok/sec\n"
+        f",Kimi-K3,serving,8,8192,1024,fp8,10,1,,{cmd},529.0,median_ttft,ms\n"
+    )
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures, one row a metric (its metric column names a figure, "
+        "performance holds it" in said
+    )
+    assert NEEDS in said and "missing column" not in said

@@ -1007,7 +1007,7 @@ def sglang_refactored(nested: bool) -> dict[str, Any]:
     (sgl-project/sglang python/sglang/benchmark/metrics.py save_results: the run's arguments,
     ``**metrics.__dict__`` with ``total_output_retokenized``, no model; the lists beside them
     at 1291c7fc, under ``details`` at 6e48df33)."""
-    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
+    doc: dict[str, Any] = json.loads((FIXTURES / "vllm-bench-0.32.0" / "rate8.json").read_text())
     for key in VLLM_ONLY:
         doc.pop(key, None)
     doc.update(backend="sglang", dataset_name="random", total_input=640, total_output=320,
