@@ -364,14 +364,15 @@ def read_recording(
         return read_run_dir(path, default_tier)
     if fmt == "records":
         if not columns and path.suffix.lower() == ".csv":
-            _refuse_aggregate_table(path)
+            refuse_aggregate_table(path)
         return read_records(path, columns or {}, default_tier, max_output)
     return _read_tool_file(path, fmt, default_tier, seed, max_output)
 
 
-def _refuse_aggregate_table(path: Path) -> None:
-    """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's)
-    in one line, before the generic format misses its first column."""
+def refuse_aggregate_table(path: Path) -> None:
+    """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's:
+    Locust's ``*_stats.csv``) in one line, before the generic format misses its first column
+    (``kvbudget report`` asks it too of a file given for a run directory)."""
     with path.open("rb") as fh:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
     aggregates = aggregate_table_refusal(first.strip().split(","))
