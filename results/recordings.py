@@ -102,6 +102,7 @@ from kvbudget.results.recorded_summaries import (
     bench_console_refusal,
     csv_summary_refusal,
     html_refusal,
+    is_aiperf_summary,
     llmperf_console_refusal,
     mlperf_log_refusal,
     server_log_refusal,
@@ -207,12 +208,12 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         raise TraceError(path, sessions)
     refusals = (
         (
-            "aiperf_version" in doc,
+            is_aiperf_summary(doc),  # its version or its fields genai-perf's never has
             "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the "
             "per-request profile_export.jsonl beside it",
         ),
         (
-            "input_config" in doc,  # AIPerf's without its version, or genai-perf's
+            "input_config" in doc,  # neither's fields tell: AIPerf's or genai-perf's
             "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "
             "profile_export_genai_perf.json): aggregates only; pass AIPerf's per-request "
             "profile_export.jsonl",
