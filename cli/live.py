@@ -6,7 +6,8 @@ import math
 import os
 import shlex
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from dataclasses import replace as _replace
 from functools import partial
 from pathlib import Path
@@ -591,16 +592,7 @@ def calibrate_cmd(
 ) -> None:
     """Fit the cost model for simulate --cost-model: to a live server's step times (--url,
     --resume after an interrupt), or to a recorded run's latencies (--records, offline)."""
-    setup = _RecordedFlags(
-        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
-        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
-        engine=engine, max_output=max_output)
-    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                    allow_small=allow_small_fit)
+    setup, fit = _flag_groups(locals())
     if records is not None:
         with user_errors():
             _calibrate_recorded(records, out, url=url, live_given={
@@ -718,6 +710,18 @@ class _FitFlags:
         return {"--fit": self.kind != "default", "--holdout": self.holdout is not None,
                 "--max-evals": self.max_evals != 200, "--no-fit-overhead": not self.fit_overhead,
                 "--allow-refusals": self.allow_refusals, "--allow-small-fit": self.allow_small}
+
+
+def _flag_groups(params: Mapping[str, Any]) -> tuple[_RecordedFlags, _FitFlags]:
+    """The flag groups ``calibrate`` and ``validate`` both take, from the command's parameters
+    by name (its ``locals()`` before anything else is bound): the recorded server's
+    (:class:`_RecordedFlags`, whose fields are named as the parameters) and the fit's."""
+    setup = _RecordedFlags(**{f.name: params[f.name] for f in fields(_RecordedFlags)})
+    fit = _FitFlags(kind=params["fit_kind"], holdout=params["holdout"],
+                    max_evals=params["max_evals"], fit_overhead=params["fit_overhead"],
+                    allow_refusals=params["allow_refusals"],
+                    allow_small=params["allow_small_fit"])
+    return setup, fit
 
 
 def _calibrate_recorded(records: Path, out: Path, *, url: str | None, live_given: dict[str, bool],
@@ -936,16 +940,7 @@ def validate_cmd(
 ) -> None:
     """Simulate with the calibrated model and compare per metric: against a live replay of a
     trace (--url), or against a recorded run (--records, offline)."""
-    setup = _RecordedFlags(
-        records_format=records_format, columns=columns, tier=tier, seed=seed, gpu=gpu,
-        model=model, scenario=scenario, overrides=overrides, num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, cost_model=cost_model, policy=policy,
-        params=params, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
-        engine=engine, max_output=max_output)
-    fit = _FitFlags(kind=fit_kind, holdout=holdout, max_evals=max_evals,
-                    fit_overhead=fit_overhead, allow_refusals=allow_refusals,
-                    allow_small=allow_small_fit)
+    setup, fit = _flag_groups(locals())
     if records is not None:
         with user_errors():
             _validate_recorded(records, out, url=url, trace=trace, live_given={

@@ -35,7 +35,7 @@ from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import read_recording
-from kvbudget.results.said import fill, frontend_said
+from kvbudget.results.said import fill, frontend_said, time_limit_said
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.studies.calibrate import (
     calibrate_recording,
@@ -50,7 +50,6 @@ from kvbudget.studies.recorded_replay import (
     replay_mode,
     stage_conversations,
     stage_rows,
-    time_limit_said,
 )
 from kvbudget.studies.validate import (
     NO_GATEWAY_SAID,
@@ -855,7 +854,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     if cal.simulated is not None:
         check_replay(setup, cal.simulated, rows, allow_refusals=allow_refusals,
                      what="calibration", assumed=assumed)
-    said = time_limit_said(first.records if cal.simulated is None else cal.simulated)
+    said = time_limit_said((first.records if cal.simulated is None else cal.simulated)["reason"])
     if said:
         typer.echo(fill(f"note: {said}"), err=True)
     _print_fit(cal)
@@ -995,7 +994,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                                 frontend_overhead_s=overhead, rows=rows, model_chosen=True)
     check_replay(setup, result.simulated.records, rows, allow_refusals=allow_refusals,
                  what="the comparison", assumed=result.simulated.summary.get("assumed", ()))
-    for said in (time_limit_said(result.simulated.records),
+    for said in (time_limit_said(result.simulated.records["reason"]),
                  served_refusals(setup.recording, result.simulated.records, rows)):
         if said:
             typer.echo(fill(f"note: {said}"), err=True)

@@ -8,7 +8,7 @@ import typer
 from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
-from kvbudget.results.recordings import detect_recording_format
+from kvbudget.results.recordings import detect_recording_format, refuse_aggregate_table
 from kvbudget.workloads.errors import TraceError
 
 
@@ -17,13 +17,17 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
     run directory (a file, not a directory)": refused naming the tool and the command that
     reads it (``validate --records``, whose ``--out`` holds a simulated run ``report`` takes).
     A file kvbudget names but cannot read (a tool's aggregates: genai-perf's summary, k6's
-    output) was told the same bare line; it is now told what the file is and what to pass."""
+    output) was told the same bare line; it is now told what the file is and what to pass,
+    as ``validate --records`` tells it, the CSV and JSON files of aggregate figures (Locust's
+    ``*_stats.csv``: ``results.recorded_aggregates``) among them."""
     if not path.is_file():
         return
     try:
         fmt = detect_recording_format(path)
+        if fmt == "records" and path.suffix.lower() == ".csv":
+            refuse_aggregate_table(path)
     except TraceError as exc:
-        if exc.problem.startswith("is "):  # the refusal names what the file is
+        if exc.problem.startswith(("is ", "holds ")):  # the refusal says what the file is
             raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None
         return
     except OSError:

@@ -7,7 +7,13 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvbudget.results.said import CONTEXT_DEFAULT_REFUSED, figure, fill, setting_lines
+from kvbudget.results.said import (
+    CONTEXT_DEFAULT_REFUSED,
+    TIME_LIMIT_REASONS,
+    figure,
+    fill,
+    setting_lines,
+)
 from kvbudget.results.said import WIDTH as WIDTH  # re-exported: the CLI modules take it here
 from kvbudget.workloads.context_limit import CUTTING_ENGINES
 from kvbudget.workloads.counted import counted
@@ -175,12 +181,15 @@ NOT_REFUSED = ("deadline", "end_of_run")
 def _said_elsewhere(s: Mapping[str, Any]) -> set[str]:
     """The refusal reasons of ``s`` another line counts already: the model's context's when
     its ``assumed`` line (``simulator/limits_said.py``, vLLM's default ``max_model_len``) says
-    them, the engine's queue caps' when the summary has caps (:func:`_queue_caps_line`)."""
+    them, the engine's queue caps' when the summary has caps (:func:`_queue_caps_line`), and
+    never a time-limited stage's requests not sent or cancelled at the tool's limit: the
+    client's, not refusals (``results.said.time_limit_said`` says them)."""
     said: set[str] = set()
     if any(CONTEXT_DEFAULT_REFUSED in str(a) for a in s.get("assumed", ())):
         said.update(CONTEXT_REASONS)
     if (s.get("engine") or {}).get("queue_caps"):
         said.update(f"engine_{knob}" for knob in (s.get("engine") or {})["queue_caps"])
+    said.update(TIME_LIMIT_REASONS)
     return said
 
 

@@ -99,7 +99,7 @@ from kvbudget.results.records import (
     server_refusal,
 )
 from kvbudget.results.run_parts import itl_means_of, token_gaps_of_rows
-from kvbudget.results.said import context_cut
+from kvbudget.results.said import context_cut, time_limit_said
 from kvbudget.workloads import Workload
 from kvbudget.workloads.closed_loop import ClosedLoop, TimeLimit
 from kvbudget.workloads.context_limit import context_refusals, cut_to_context
@@ -1046,7 +1046,7 @@ def finalize(
             },
             "workload": {"num_requests": num_requests, "num_recorded": len(records)},
             "complete": len(records) == num_requests,
-            **_cut_said(records, context),
+            **_said(records, context),
             **_assumed(records, num_kv_unknown, assumed),
         },
     )
@@ -1057,22 +1057,35 @@ def finalize(
                          itl_mean_s=itl_means_of(by_row, records), token_gaps_s=by_row)
 
 
-def _cut_said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
-              ) -> dict[str, Any]:
-    """``{"said": [line]}`` when the server cut completed outputs at its context (shorter than
-    the trace's, ending at ``max_model_len``: :func:`context_sends`), said as a simulated run
-    says it (``results.said.context_cut``), else ``{}``."""
+def _said(records: pd.DataFrame, context: tuple[Workload, int | None] | None
+          ) -> dict[str, Any]:
+    """``{"said": [lines]}``: what the server or the load tool's time limit did to the run's
+    figures, said as a simulated run says it, else ``{}``: the outputs the server cut at its
+    context (:func:`_num_cut`, ``results.said.context_cut``) and the requests a time-limited
+    stage's replay did not send by the limit or cancelled after its grace period
+    (``results.said.time_limit_said``; the table counts them neither done nor refused)."""
+    lines = []
+    num_cut = _num_cut(records, context)
+    if num_cut:
+        assert context is not None and context[1] is not None  # _num_cut checks them
+        lines.append(context_cut(f"max_model_len {context[1]:,} (the server's)", num_cut))
+    limit = time_limit_said(records["reason"], sender="the replay") if len(records) else None
+    if limit:
+        lines.append(limit)
+    return {"said": lines} if lines else {}
+
+
+def _num_cut(records: pd.DataFrame, context: tuple[Workload, int | None] | None) -> int:
+    """How many completed outputs the server cut at its context (shorter than the trace's,
+    ending at ``max_model_len``: :func:`context_sends`); 0 without the context."""
     if context is None or context[1] is None or not len(records):
-        return {}
+        return 0
     workload, limit = context
     true = dict(zip(workload.request_id.tolist(), workload.output_tokens.tolist(), strict=True))
     done = records[records["status"] == "completed"]
-    num_cut = sum(out < true.get(rid, out) and prompt + out >= limit for rid, prompt, out in zip(
+    return sum(out < true.get(rid, out) and prompt + out >= limit for rid, prompt, out in zip(
         done["request_id"].tolist(), done["prompt_tokens"].tolist(),
         done["output_tokens"].tolist(), strict=True))
-    if not num_cut:
-        return {}
-    return {"said": [context_cut(f"max_model_len {limit:,} (the server's)", num_cut)]}
 
 
 def _assumed(records: pd.DataFrame, num_kv_unknown: int, more: Sequence[str] = ()

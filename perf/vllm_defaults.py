@@ -48,6 +48,15 @@ flex_attention.py:154, turboquant_attn.py:165, mla/triton_mla.py:111-117), and a
 a block size that is a multiple of one of them (``AttentionBackend.supports_block_size``,
 v1/attention/backend.py:119-135; "block_size not supported", :305-306): with none left the
 server stops at start-up ("No valid attention backend found", platforms/cuda.py:469-472)."""
+V0_BLOCK_SIZES = (8, 16, 32, 64, 128)
+"""The block sizes vLLM v0 (the engine ``vllm-swap`` mirrors: ``--preemption-mode swap`` is
+v0's) runs on a CUDA GPU, read in vLLM 0.8.5 (its PyPI sdist; ``VLLM_USE_V1=0``). Not
+:data:`BLOCK_SIZE_MULTIPLE`'s rule: ``--block-size`` takes only the choices of
+``BlockSize = Literal[1, 8, 16, 32, 64, 128]`` (vllm/config.py:1290; arg_utils.py:153-157 makes
+the choices, :556 the flag), and a size that is not a multiple of 16 falls back from
+FlashAttention to the XFormers backend (platforms/cuda.py:249-253), whose paged-attention
+kernels take 8, 16 and 32 ("Unsupported block size" else: csrc/attention/
+paged_attention_v1.cu:151-167, paged_attention_v2.cu:158-174): 8 runs there, 1 does not."""
 ENABLE_PREFIX_CACHING = True
 
 # (max_num_batched_tokens, max_num_seqs) per tier and entry point

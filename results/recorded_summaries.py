@@ -345,6 +345,34 @@ def k6_refusal(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
+AIPERF_SUMMARY_KEYS = frozenset({"was_cancelled", "error_summary"})
+"""Keys of AIPerf's ``profile_export_aiperf.json`` that genai-perf's summary never has, with or
+without ``aiperf_version`` (which early AIPerf did not write): ``JsonExportData``'s
+``was_cancelled`` and ``error_summary`` beside its metrics (ai-dynamo/aiperf v0.1.1
+``aiperf/exporters/json_exporter.py:23-30``; db4f6397 ``aiperf/common/models/
+export_models.py:83-87``). genai-perf's is its statistics, ``telemetry_stats``, ``input_config``
+and ``sessions`` (triton-inference-server/perf_analyzer 263c5f6e
+``genai-perf/genai_perf/export_data/json_exporter.py`` ``_merge_stats_and_args``)."""
+AIPERF_CONFIG_KEYS = frozenset({"loadgen", "cli_command"})
+"""Sections of AIPerf's ``input_config`` (its ``UserConfig``: ai-dynamo/aiperf v0.1.1
+``aiperf/common/config/user_config.py:94-108``, ``cli_command`` the ``aiperf profile ...``
+line) that genai-perf's never has: its arguments (``vars(args)``, perf_analyzer 605cba34
+``json_exporter.py``) or its config's sections (``model_names``, ``analyze``, ``endpoint``,
+``perf_analyzer``, ``input``, ``output``, ``tokenizer``, ``process``: 263c5f6e
+``genai-perf/genai_perf/config/input/config_command.py:55-83``)."""
+
+
+def is_aiperf_summary(doc: Mapping[str, Any]) -> bool:
+    """Whether a JSON object is AIPerf's summary: its ``aiperf_version``, or, where early AIPerf
+    wrote none, ``input_config`` beside fields genai-perf never writes
+    (:data:`AIPERF_SUMMARY_KEYS`, :data:`AIPERF_CONFIG_KEYS`)."""
+    if "aiperf_version" in doc:
+        return True
+    config = doc.get("input_config")
+    return isinstance(config, Mapping) and bool(
+        AIPERF_SUMMARY_KEYS & set(doc) or AIPERF_CONFIG_KEYS & set(config))
+
+
 def _genai_perf_summary_refusal(doc: Mapping[str, Any]) -> str | None:
     """genai-perf's ``profile_export_genai_perf.json``: its statistics and ``input_config``, as
     AIPerf's summary has them, but genai-perf's own: the configuration holds its

@@ -102,6 +102,7 @@ from kvbudget.results.recorded_summaries import (
     bench_console_refusal,
     csv_summary_refusal,
     html_refusal,
+    is_aiperf_summary,
     llmperf_console_refusal,
     mlperf_log_refusal,
     server_log_refusal,
@@ -207,12 +208,12 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         raise TraceError(path, sessions)
     refusals = (
         (
-            "aiperf_version" in doc,
+            is_aiperf_summary(doc),  # its version or its fields genai-perf's never has
             "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the "
             "per-request profile_export.jsonl beside it",
         ),
         (
-            "input_config" in doc,  # AIPerf's without its version, or genai-perf's
+            "input_config" in doc,  # neither's fields tell: AIPerf's or genai-perf's
             "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "
             "profile_export_genai_perf.json): aggregates only; pass AIPerf's per-request "
             "profile_export.jsonl",
@@ -364,14 +365,15 @@ def read_recording(
         return read_run_dir(path, default_tier)
     if fmt == "records":
         if not columns and path.suffix.lower() == ".csv":
-            _refuse_aggregate_table(path)
+            refuse_aggregate_table(path)
         return read_records(path, columns or {}, default_tier, max_output)
     return _read_tool_file(path, fmt, default_tier, seed, max_output)
 
 
-def _refuse_aggregate_table(path: Path) -> None:
-    """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's)
-    in one line, before the generic format misses its first column."""
+def refuse_aggregate_table(path: Path) -> None:
+    """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's:
+    Locust's ``*_stats.csv``) in one line, before the generic format misses its first column
+    (``kvbudget report`` asks it too of a file given for a run directory)."""
     with path.open("rb") as fh:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
     aggregates = aggregate_table_refusal(first.strip().split(","))

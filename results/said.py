@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
@@ -53,6 +54,29 @@ def context_cut(limit: str, num_cut: int) -> str:
     return (f"{limit} cut the output of {counted(num_cut, 'request')} at the context left: "
             "their prompt + output is over it, and vLLM lowers max_tokens to max_model_len - "
             "prompt (served, not refused)")
+
+
+TIME_LIMIT_REASONS = (TIME_LIMIT_NOT_SENT, TIME_LIMIT_CANCELLED)
+"""The reasons :func:`time_limit_said` counts: the client's, not the server's refusals (the
+table's ``refused:`` line leaves them to it)."""
+
+
+def time_limit_said(reasons: Iterable[Any], sender: str = "the simulated users") -> str | None:
+    """One line on what a time-limited run (a simulated or a live replay of a load tool's
+    stage) left to the client, from its records' ``reason`` column (None when nothing): how
+    many requests ``sender`` had not sent by the tool's limit and how many were cancelled
+    after its grace period."""
+    counts = Counter(str(r) for r in reasons)
+    not_sent, cancelled = counts[TIME_LIMIT_NOT_SENT], counts[TIME_LIMIT_CANCELLED]
+    if not (not_sent or cancelled):
+        return None
+    running = (f"{cancelled} were still running after its grace period" if not_sent else
+               f"{cancelled} of the recorded requests were still running when the tool's grace "
+               "period after its time limit ended")
+    unsent = (f"{sender} had not sent {not_sent} of the recorded requests by the tool's time "
+              "limit and " if not_sent else "")
+    return (f"time limit: {unsent}{running} (cancelled, as the tool does): the client's, "
+            "neither completed nor failures of the server")
 
 
 def as_given(given: Any, preset: Any) -> str:

@@ -93,7 +93,7 @@ from kvbudget.perf.fitted_on import (
 )
 from kvbudget.perf.models import is_preset
 from kvbudget.perf.speculative import SpeculativeConfig
-from kvbudget.perf.vllm_defaults import BLOCK_SIZE_MULTIPLE
+from kvbudget.perf.vllm_defaults import BLOCK_SIZE_MULTIPLE, V0_BLOCK_SIZES
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
@@ -880,12 +880,25 @@ def _check_scenario(scenario: Scenario, say_fitted: bool = True,
         raise ValueError(
             f"engine.max_num_batched_tokens ({eng.max_num_batched_tokens}) must be greater "
             f"than or equal to engine.max_num_seqs ({eng.max_num_seqs}), as vLLM requires")
-    if eng.name == "vllm" and eng.block_size % BLOCK_SIZE_MULTIPLE and (
-            eng.block_size != block_size_ran):
+    if eng.block_size != block_size_ran:
+        _check_block_size(eng.name, eng.block_size)
+
+
+def _check_block_size(engine: str, block_size: int) -> None:
+    """Refuse a block size the simulated engine's vLLM would not run on a CUDA GPU: vLLM
+    0.32.0's (``vllm``) a multiple of :data:`BLOCK_SIZE_MULTIPLE`, vLLM v0's (``vllm-swap``)
+    one of :data:`V0_BLOCK_SIZES` (8 too: v0 ran it on XFormers)."""
+    if engine == "vllm" and block_size % BLOCK_SIZE_MULTIPLE:
         raise ValueError(
-            f"engine.block_size {eng.block_size} is not a multiple of {BLOCK_SIZE_MULTIPLE}: "
+            f"engine.block_size {block_size} is not a multiple of {BLOCK_SIZE_MULTIPLE}: "
             f"vLLM 0.32.0 has no CUDA attention backend for it and stops at start-up ('No valid "
             f"attention backend found'; kvbudget.perf.vllm_defaults.BLOCK_SIZE_MULTIPLE)")
+    if engine == "vllm-swap" and block_size not in V0_BLOCK_SIZES:
+        raise ValueError(
+            f"engine.block_size {block_size} is none of vLLM v0's "
+            f"({', '.join(map(str, V0_BLOCK_SIZES))}): engine vllm-swap is vLLM v0 with swap "
+            "preemption, whose --block-size takes no other size on a CUDA GPU "
+            "(kvbudget.perf.vllm_defaults.V0_BLOCK_SIZES)")
 
 
 _ENGINE_DEFAULTS = {f.name: f.default for f in fields(EngineSpec) if f.default is not MISSING}

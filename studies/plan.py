@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.perf.hardware import get_gpu
+from kvbudget.results.said import as_given
 from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies import plan_disagg
 from kvbudget.studies.executors import in_process
@@ -686,13 +687,15 @@ def plan(
 
 
 def price_note(spec: PlanSpec) -> str:
-    """``prices per GPU-hour: A100-80GB $1.10, H100-80GB $2.50 (source); L40S $1.00 (given)``
-    for the GPUs the plan tried, grouped by source."""
+    """``prices per GPU-hour: A100-80GB $1.10, H100-SXM (given as H100) $2.50 (source); L40S
+    $1.00 (given)`` for the GPUs the plan tried, grouped by source, each by the preset it
+    resolved to and the name it was given as where they differ (as ``simulate``'s line)."""
     groups: dict[str, list[str]] = {}
     for g in spec.gpus:
         if g in spec.prices:
             src = spec.price_sources.get(g, "given")
-            groups.setdefault(src, []).append(f"{g} ${spec.prices[g]:.2f}")
+            name = as_given(g, get_gpu(g).name)
+            groups.setdefault(src, []).append(f"{name} ${spec.prices[g]:.2f}")
     return "prices per GPU-hour: " + "; ".join(
         f"{', '.join(items)} ({src})" for src, items in groups.items())
 

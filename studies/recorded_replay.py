@@ -64,7 +64,6 @@ from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.workloads.closed_loop import ClosedLoop, Conversations, TimeLimit
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from kvbudget.workloads import Workload
 
@@ -385,25 +384,6 @@ tool's time limit stopped the sending (status ``client_timeout``: the client, no
 CANCELLED = TIME_LIMIT_CANCELLED
 """The reason of a time-limited stage's request still running when the tool's grace period
 after the limit ran out: the tool cancelled it (status ``client_timeout``)."""
-
-
-def time_limit_said(records: pd.DataFrame) -> str | None:
-    """One line on what a time-limited replay left to the client (None when nothing): how many
-    requests the simulated users had not sent by the tool's limit and how many were cancelled
-    after its grace period."""
-    if "reason" not in records:
-        return None
-    not_sent = int((records["reason"] == NOT_SENT).sum())
-    cancelled = int((records["reason"] == CANCELLED).sum())
-    if not (not_sent or cancelled):
-        return None
-    running = (f"{cancelled} were still running after its grace period" if not_sent else
-               f"{cancelled} of the recorded requests were still running when the tool's grace "
-               "period after its time limit ended")
-    users = (f"the simulated users had not sent {not_sent} of the recorded requests by the "
-             "tool's time limit and " if not_sent else "")
-    return (f"time limit: {users}{running} (cancelled, as the tool does): the client's, neither "
-            "completed nor failures of the server")
 
 
 def cut_at_time_limit(run: RunResult, plan: StagePlan, recording: Recording) -> RunResult:

@@ -171,6 +171,26 @@ def test_a_block_size_no_cuda_backend_of_vllm_takes_is_refused(args: list[str], 
     assert _error(*args) == said
 
 
+V0 = ("is none of vLLM v0's (8, 16, 32, 64, 128): engine vllm-swap is vLLM v0 with swap "
+      "preemption, whose --block-size takes no other size on a CUDA GPU "
+      "(kvbudget.perf.vllm_defaults.V0_BLOCK_SIZES)")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--block-size", "24"], f"error: --block-size 24 {V0}"),
+    (["--block-size", "7"], f"error: --block-size 7 {V0}"),
+    (["--block-size", "1"], f"error: --block-size 1 {V0}"),  # a v0 choice with no CUDA kernel
+    (["--set", "engine.block_size=256"], f"error: engine.block_size 256 {V0}"),
+])
+def test_a_block_size_vllm_v0_does_not_take_is_refused_for_the_swap_engine(
+        args: list[str], said: str) -> None:
+    """``simulate --engine vllm-swap --block-size 24`` ran, where vLLM v0 (the swap engine's
+    counterpart) refuses the flag: its choices are 1, 8, 16, 32, 64, 128 and 1 has no CUDA
+    kernel (:data:`kvbudget.perf.vllm_defaults.V0_BLOCK_SIZES` cites vLLM 0.8.5). Its rule is
+    not vLLM 0.32.0's multiple of 16: v0 ran 8 on XFormers (test below)."""
+    assert _error("--engine", "vllm-swap", *args) == said
+
+
 @pytest.mark.parametrize("command", ["validate", "calibrate"])
 def test_a_records_commands_block_size_is_refused_naming_the_flag(command: str,
                                                                   tmp_path: Path) -> None:
@@ -182,7 +202,9 @@ def test_the_block_sizes_vllm_takes_and_other_engines_sizes_still_run(tmp_path: 
     """A multiple of 16 runs as before; the check is vLLM's: SGLang's page size is 1 by
     default (``tests/unit/results/test_published_sglang_server.py``), and a scenario file's own
     value is named by the file."""
-    for args in (["--block-size", "32"], ["--engine", "sglang", "--block-size", "7"]):
+    for args in (["--block-size", "32"], ["--engine", "sglang", "--block-size", "7"],
+                 ["--engine", "vllm-swap", "--block-size", "8"],
+                 ["--engine", "vllm-swap", "--block-size", "128"]):
         res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=20", *args])
         assert res.exit_code == 0, res.output
     scenario = tmp_path / "s.toml"

@@ -244,7 +244,7 @@ BOOT = ("import signal, sys; import kvbudget.cli.main as m; sys.argv[0] = 'kvbud
 def test_simulate_interrupted_says_so(sig: signal.Signals) -> None:
     # the signal is sent once the process is inside the command (it says "ready" first) and the
     # run is far longer than a signal takes to arrive (10^7 requests)
-    code, _, stderr = _signalled(
+    code, _, stderr = signalled(
         ["import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + BOOT,
          "simulate", "--set", "workload.num_requests=10000000"], "ready", sig)
     assert "Traceback" not in stderr, stderr
@@ -252,15 +252,19 @@ def test_simulate_interrupted_says_so(sig: signal.Signals) -> None:
     assert code == 130 and stderr.strip() == "error: interrupted", stderr
 
 
-def _signalled(args: list[str], ready: str, sig: signal.Signals) -> tuple[int, str, str]:
-    """``python -c ARGS...`` sent ``sig`` once its stderr's first line is ``ready``: its exit
-    status, stdout and stderr."""
+def signalled(args: list[str], ready: str, sig: signal.Signals, *, first: bool = True
+              ) -> tuple[int, str, str]:
+    """``python -c ARGS...`` sent ``sig`` once a line of its stderr is ``ready`` (its first
+    line, with ``first``): its exit status, stdout and the stderr after that line."""
     proc = subprocess.Popen([sys.executable, "-c", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL)
     try:
         assert proc.stderr is not None
-        assert proc.stderr.readline().strip() == ready
+        before: list[str] = []
+        while (line := proc.stderr.readline()) and line.strip() != ready and not first:
+            before.append(line)
+        assert line.strip() == ready, "".join([*before, line])  # not the event, or EOF
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -291,7 +295,7 @@ HELD_START = ("import signal, sys, threading\n"
 def test_interrupted_while_the_command_loads_says_so(sig: signal.Signals) -> None:
     """Ctrl-C in a command's first moments (its modules loading) printed a traceback; SIGTERM
     there ended the process silently with -15."""
-    code, stdout, stderr = _signalled([HELD_START, "simulate"], "loading", sig)
+    code, stdout, stderr = signalled([HELD_START, "simulate"], "loading", sig)
     assert "Traceback" not in stderr, stderr
     assert code == 130 and stderr.strip() == "error: interrupted", stderr
     assert stdout == ""

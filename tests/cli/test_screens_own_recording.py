@@ -223,6 +223,22 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
     ("k6.csv", "metric_name,timestamp,metric_value,extra_tags,metadata\n"
      "http_req_duration,1736503200,2100.512000,,\n",
      "it is k6's --out csv output (one row a metric sample)"),
+    # Locust's --csv PREFIX_stats.csv: the header of locustio/locust 0070e8b locust/stats.py
+    # StatsCSV.requests_csv_columns (its default PERCENTILES_TO_REPORT), one row a request
+    # name and the Aggregated row; report said "not a directory", validate --records what
+    # it is
+    ("run_stats.csv", "Type,Name,Request Count,Failure Count,Median Response Time,Average "
+     "Response Time,Min Response Time,Max Response Time,Average Content Size,Requests/s,"
+     "Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%\n"
+     "POST,/v1/completions,120,0,1500,1523.4,800,3100,512.0,2.0,0.0,1500,1600,1700,1800,"
+     "2000,2400,2800,3000,3100,3100,3100\n"
+     ",Aggregated,120,0,1500,1523.4,800,3100,512.0,2.0,0.0,1500,1600,1700,1800,2000,2400,"
+     "2800,3000,3100,3100,3100\n",
+     "it holds aggregate figures, one row a run or a metric (Median Response Time, Average "
+     "Response Time, Average Content Size), not per-request records"),
+    # a home-made benchmark's JSON of aggregates (recorded_aggregates), as validate says it
+    ("bench.json", json.dumps({"mean_ttft_ms": 12.0, "p99_ttft_ms": 30.1, "throughput": 5.2}),
+     "it holds aggregate figures (mean_ttft_ms, p99_ttft_ms, throughput), not per-request"),
 ])
 def test_report_of_a_file_kvbudget_cannot_read_says_what_it_is(
         tmp_path: Path, name: str, text: str, what: str) -> None:
@@ -234,6 +250,8 @@ def test_report_of_a_file_kvbudget_cannot_read_says_what_it_is(
     assert code == 2
     assert flat(stderr).startswith(f"error: {path}: not a run directory: {what}"), stderr
     assert not (tmp_path / "report").exists()
+    code, _, stderr = run("validate", "--records", path, "--out", tmp_path / "val")
+    assert code == 2 and what.removeprefix("it ") in flat(stderr), stderr  # the same words
 
 
 def test_a_fleet_of_named_gpus_is_not_said_to_take_the_default_gpu(tmp_path: Path) -> None:

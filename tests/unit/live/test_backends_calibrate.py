@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import queue
+import signal
 import textwrap
 import threading
 import time
@@ -60,6 +61,7 @@ from kvbudget.perf.cost_model import (
 from kvbudget.perf.fit import in_sample_classes
 from kvbudget.results.run_result import read_run
 from kvbudget.results.said import WIDTH, context_cut
+from tests.cli.test_hostile_inputs import signalled
 
 MAX_MODEL_LEN = 2048  # the fake server's
 INTERCEPT_S = 0.004
@@ -835,6 +837,63 @@ def test_calibrate_command_keeps_an_interrupted_grid_for_resume(
     assert res.exit_code == 2
     assert res.stderr.strip().endswith("--resume applies to a live calibration (--url), not to "
                                        "--records")
+
+
+# ``kvbudget calibrate --url ...`` in a process of its own, its server the virtual engine: after
+# the 3rd grid measurement it says "measured 3" on stderr and the server stops answering (the
+# next stream is held until the process is signalled), so the signal comes while the
+# calibration awaits its server, at a known count, whatever the machine's speed
+HELD_CALIBRATION = textwrap.dedent("""\
+    import asyncio, signal, sys
+    from dataclasses import replace
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import kvbudget.cli.live as live
+    from kvbudget.live.calibrate import calibrate
+    from tests.unit.live.test_backends_calibrate import VirtualEngine
+    engine, held = VirtualEngine(), []
+    answer = engine.handle
+    async def handle(request):
+        if held and request.url.path == "/v1/completions":
+            await asyncio.Event().wait()
+        return await answer(request)
+    engine.handle = handle
+    def virtual(target, plan, **kwargs):
+        shown = kwargs.pop("on_point")
+        def on_point(point, done, total):
+            shown(point, done, total)
+            if done == 3:
+                held.append(done)
+                print("measured 3", file=sys.stderr, flush=True)
+        return calibrate(target, replace(plan, idle_gap_s=0.0), clock=engine.clock,
+                         transport=engine.transport(), on_point=on_point, **kwargs)
+    live.calibrate = virtual
+    sys.argv[0] = "kvbudget"
+    from kvbudget.cli.main import main
+    main()
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signalled_calibrate_process_keeps_its_grid_for_resume(
+        tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM (a CI runner's timeout, ``kill``) to ``calibrate --url --out`` takes Ctrl-C's way
+    out (``cli.main.terminate``): the grid measured so far is kept in OUT.partial.json and
+    said, exit 130. Checked on a real process signalled while it awaits its server after 3
+    measurements (the in-process test above raises KeyboardInterrupt from its callback)."""
+    cost, partial = tmp_path / "cost.json", tmp_path / "cost.partial.json"
+    code, _, stderr = signalled(
+        [HELD_CALIBRATION, "calibrate", "--url", "http://fake.invalid", "--out", str(cost),
+         "--max-num-seqs", "8", "--max-num-batched-tokens", "2048", "--prefill-tokens",
+         "64,512", "--decode-batches", "1,4", "--context-tokens", "32,256", "--repeats", "2"],
+        "measured 3", sig, first=False)
+    said = " ".join(stderr.split())
+    assert code == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert said.endswith(
+        f"error: interrupted after 3 of 12 grid measurements; the 3 finished are kept in "
+        f"{partial}; {cost} is fitted and written once the whole grid is measured: rerun the "
+        "same command with --resume to measure only the rest"), stderr
+    assert not cost.exists() and CalibrationProgress.load(partial).num_done == 3
 
 
 def test_classes_with_no_more_points_than_coefficients_are_said() -> None:

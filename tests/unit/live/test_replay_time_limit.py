@@ -66,8 +66,8 @@ def test_a_closed_stage_cut_at_its_limit_stops_sending_and_cancels_after_its_gra
     st.token_s = 0.001
     st.gate = lambda: st.completions < 8
     out = tmp_path / "run"
-    code, _, stderr = _cli("replay", "--url", fake.url, "--records", str(GUIDELLM_TIMED),
-                           "--out", str(out), "--poll-period", "0.05")
+    code, stdout, stderr = _cli("replay", "--url", fake.url, "--records", str(GUIDELLM_TIMED),
+                                "--out", str(out), "--poll-period", "0.05")
     said = " ".join(stderr.split())
     assert code == 0, said
     assert "replaying 39 requests" in said and "closed loop, 4 users, time-limited" in said
@@ -80,6 +80,15 @@ def test_a_closed_stage_cut_at_its_limit_stops_sending_and_cancels_after_its_gra
     assert int(cancelled.sum()) == 4  # the 4 users' requests held by the server
     assert int(completed.sum()) >= 8 and int((completed | cancelled | not_sent).sum()) == 39
     assert int(not_sent.sum()) == 35 - int(completed.sum())
+    # the summary counts them as validate's simulation does (time_limit_said), neither done
+    # nor refused: it said neither before, and its refused: line called them refusals
+    shown = " ".join(stdout.split())
+    assert (f"time limit: the replay had not sent {int(not_sent.sum())} of the recorded "
+            "requests by the tool's time limit and 4 were still running after its grace "
+            "period (cancelled, as the tool does)") in shown, shown
+    assert not re.search(r"^refused: ", stdout, re.M) and TIME_LIMIT_NOT_SENT not in shown
+    summary = json.loads((out / "summary.json").read_text())
+    assert any(line.startswith("time limit: ") for line in summary["said"])
     assert len(st.bodies) == 39 - int(not_sent.sum())  # the server saw only those sent
     sent = rec.workload.arrival_s[~not_sent.to_numpy()]
     assert float(sent.max()) <= 2.0  # nothing sent after the limit

@@ -164,11 +164,32 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "1153.87\n",
      "is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row a metric: "
      "no request; genai-perf's per-request file"),
-    # AIPerf's own example (ai-dynamo/aiperf examples/artifacts/run1/profile_export_aiperf.json)
-    # records no aiperf_version, and genai-perf's profile_export_genai_perf.json has the same
-    # input_config: neither is named "AIPerf's summary (profile_export_aiperf.json)" for sure
+    # AIPerf's own example (ai-dynamo/aiperf 7c31f579 examples/artifacts/run1/
+    # profile_export_aiperf.json, early AIPerf) records no aiperf_version: it was told it is
+    # "AIPerf's profile_export_aiperf.json or genai-perf's profile_export_genai_perf.json",
+    # though its was_cancelled and error_summary, and its input_config's loadgen and
+    # cli_command, are AIPerf's and never genai-perf's (results.recorded_summaries
+    # AIPERF_SUMMARY_KEYS, AIPERF_CONFIG_KEYS cite both writers): each names AIPerf alone
+    ("summary.json", json.dumps({
+        "records": {"request_count": {"tag": "request_count", "unit": "requests",
+                                      "avg": 89.0}},
+        "input_config": {"endpoint": {"model_names": ["openai/gpt-oss-20b"], "type": "chat"},
+                         "loadgen": {"concurrency": 100},
+                         "cli_command": "aiperf profile -m openai/gpt-oss-20b"},
+        "was_cancelled": False, "error_summary": [],
+        "start_time": "2025-10-03T13:13:39.146443"}),
+     "is AIPerf's summary (profile_export_aiperf.json): aggregates only; pass the per-request "
+     "profile_export.jsonl beside it"),
     ("summary.json", json.dumps({"records": {}, "input_config": {"endpoint": {}},
                                  "was_cancelled": False}),
+     "is AIPerf's summary (profile_export_aiperf.json): aggregates only"),
+    ("summary.json", json.dumps({"request_latency": {"unit": "ms", "avg": 2083.0},
+                                 "input_config": {"endpoint": {}, "cli_command": "aiperf"}}),
+     "is AIPerf's summary (profile_export_aiperf.json): aggregates only"),
+    # hand-made: statistics and an input_config whose fields neither tool alone writes stay
+    # said as either's
+    ("summary.json", json.dumps({"request_latency": {"unit": "ms", "avg": 2083.0},
+                                 "input_config": {"endpoint": {"type": "chat"}}}),
      "is a profile summary (AIPerf's profile_export_aiperf.json or genai-perf's "),
     # github.com/wellflat/k8s-dev bench/etl/profile_export_genai_perf.json at e17e8f5b (no
     # licence: hand-made in its layout): genai-perf's summary (input_config with its
@@ -263,6 +284,19 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
 def test_files_without_requests_are_named_by_their_tool(tmp_path: Path, name: str, text: str,
                                                         message: str) -> None:
     assert_named(tmp_path / name, text, message)
+
+
+def test_aiperfs_own_example_summary_is_named_aiperfs() -> None:
+    """AIPerf's own example summary (published excerpt, README.md cites it: AIPerf 0.1.x, no
+    aiperf_version) was told it is "AIPerf's profile_export_aiperf.json or genai-perf's
+    profile_export_genai_perf.json"; its was_cancelled, error_summary, loadgen and
+    cli_command are AIPerf's alone."""
+    path = FIXTURES / "published" / "aiperf-gpt-oss-20b-cancel10-excerpt" / "profile_export_aiperf.json"
+    assert "aiperf_version" not in json.loads(path.read_text())
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert err.value.problem == ("is AIPerf's summary (profile_export_aiperf.json): aggregates "
+                                 "only; pass the per-request profile_export.jsonl beside it")
 
 
 @pytest.mark.parametrize(("date", "older"), [("20250304-014141", True),

@@ -249,7 +249,8 @@ def test_default_prices_come_from_one_stated_source() -> None:
     assert DEFAULT_PRICES["A100-80GB"] < DEFAULT_PRICES["H100-80GB"] < DEFAULT_PRICES["H200-141GB"]
     scn = scenario_from_dict(small_scenario_dict(40, 4.0), Path("."))
     note = price_note(PlanSpec(scn, gpus=("H100-80GB", "H200-141GB")))
-    assert note == f"prices per GPU-hour: H100-80GB $2.50, H200-141GB $3.50 ({PRICE_SOURCE})"
+    assert note == (f"prices per GPU-hour: H100-SXM (given as H100-80GB) $2.50, H200 (given as "
+                    f"H200-141GB) $3.50 ({PRICE_SOURCE})")
     assert "May 2026" in PRICE_SOURCE
 
 
@@ -297,6 +298,20 @@ def test_a_gpu_is_priced_under_any_of_its_names(tmp_path: Path) -> None:
         PlanSpec(spec.scenario, gpus=("H100", "H100-80GB"), prices={"H100": 3.0})
 
 
+def test_the_price_note_names_each_gpu_as_resolved(tmp_path: Path) -> None:
+    """``plan --gpus h100,a100`` said "prices per GPU-hour: h100 $2.50, a100 $1.10", the names
+    as typed, where simulate's line says the preset they resolved to ("H100-SXM (given as
+    h100)"): now the note does too; a preset's own name is said once."""
+    from kvbudget.studies.plan import PRICE_SOURCE, price_note
+
+    scn = scenario_from_dict(small_scenario_dict(40, 4.0), tmp_path)
+    assert price_note(PlanSpec(scn, gpus=("h100", "a100"))) == (
+        "prices per GPU-hour: H100-SXM (given as h100) $2.50, A100-80GB (given as a100) $1.10 "
+        f"({PRICE_SOURCE})")
+    assert price_note(PlanSpec(scn, gpus=("A100-80GB",))) == (
+        f"prices per GPU-hour: A100-80GB $1.10 ({PRICE_SOURCE})")
+
+
 def test_plan_cli_price_names_the_gpu_it_prices(tmp_path: Path) -> None:
     from kvbudget.cli.errors import CliError
     from kvbudget.cli.plan import _price_table
@@ -307,7 +322,7 @@ def test_plan_cli_price_names_the_gpu_it_prices(tmp_path: Path) -> None:
     assert "H100-80GB" not in table
     scn = scenario_from_dict(small_scenario_dict(40, 4.0), tmp_path)
     spec = PlanSpec(scn, gpus=("H100-80GB",), prices=table, price_sources=sources)
-    assert price_note(spec) == "prices per GPU-hour: H100-80GB $4.00 (--price)"
+    assert price_note(spec) == "prices per GPU-hour: H100-SXM (given as H100-80GB) $4.00 (--price)"
     # before: a typo'd GPU's price was kept and never used
     with pytest.raises(CliError, match=r"unknown GPU preset 'H10' \(did you mean H100-SXM"):
         _price_table(None, ["H10=4"])
