@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvbudget.analysis.backlog import load_said
+from kvbudget.analysis.backlog import loads_said
 from kvbudget.analysis.conclusion import conclude
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
@@ -31,7 +31,6 @@ from kvbudget.cli.simulate import (
     records_for_load,
 )
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
-from kvbudget.results.said import fill
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
 from kvbudget.studies.intervals import check_level, draw_intervals, headline
@@ -85,18 +84,14 @@ def _add_intervals(result: Comparison, scn: "Scenario", names: list[str], level:
 
 
 def _say_load(scn: "Scenario", names: list[str], result: Comparison) -> None:
-    """``simulate``'s ``load:`` line for each policy's run (:func:`load_said`): the offered
-    load is the same, but each policy's backlog follows its own refusals and expiries, so
-    whether the deployment kept up is said per policy."""
+    """``compare``'s ``load:`` line (:func:`loads_said`): the offered load is the same, but
+    each policy's backlog follows its own refusals and expiries, so whether the deployment
+    kept up is said per policy, runs with one verdict sharing it."""
     workload = scn.workload()  # the one every policy ran (its deadlines place the expired)
-    lines = [load_said(records_for_load(scn, workload, run), run.summary, policy=name,
-                       advice=False) for name, run in zip(names, result.results, strict=True)]
-    for line in filter(None, lines):
-        typer.echo(line)
-    if any(lines):  # the advice once, not once a policy
-        typer.echo(fill("(how far each policy is from its capacity: kvbudget capacity, with "
-                        "the same options, --policies among them, and --out DIR, finds the "
-                        "largest rate at which each meets the SLO)"))
+    said = loads_said([(name, records_for_load(scn, workload, run), run.summary)
+                       for name, run in zip(names, result.results, strict=True)])
+    if said:
+        typer.echo(said)
 
 
 @with_scenario_options

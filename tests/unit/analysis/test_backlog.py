@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from kvbudget.analysis.backlog import Backlog, backlog, load_said, with_deadlines
+from kvbudget.analysis.backlog import Backlog, backlog, load_said, loads_said, with_deadlines
 
 
 def columns(arrival: list[float], finished: list[float], status: list[str] | None = None
@@ -182,3 +182,28 @@ def test_requests_dropped_after_a_revoke_are_said_where_the_records_cannot_place
         "that many higher)" in said, said
     kept = columns(arrival, [a + 2.5 for a in arrival])
     assert "taken back" not in load_said(kept, summary(kept, 2.5))
+
+
+def test_compares_load_line_says_the_workload_once_and_each_runs_backlogs() -> None:
+    """``compare``'s ``load:`` line (:func:`loads_said`): the rate and the window's halves
+    once (the policies ran one workload), each run's backlogs, a verdict shared by the runs
+    that reach it, the advice once; runs of different workloads keep a line each."""
+    arrival = [float(k) for k in range(100)] + [100.0 + k / 3 for k in range(301)]
+    kept = columns(arrival, [a + 5.0 for a in arrival])  # the rising rate's settling queue
+    quick = columns(arrival, [a + 0.1 for a in arrival])
+    runs = [("a", kept, summary(kept, 5.0)), ("b", quick, summary(quick, 0.1)),
+            ("c", kept, summary(kept, 5.0))]
+    said = loads_said(runs).replace("\n  ", " ")
+    assert said.count("req/s offered") == 1 and said.count("rose over the window") == 1
+    assert ": a 5 and 15; b 1 and 1; c 5 and 15: " in said, said
+    assert said.count("the backlog grew under ") == 1, said  # one verdict for a and c
+    assert "the backlog grew under a and c: requests arrived faster than they finished, so " \
+        "this load is past what the simulated deployment sustains under each; the backlog " \
+        "stayed level under b: the simulated deployment kept up with this load under it" in said
+    assert "none of these is a verdict on the higher rate alone (how far each policy" in said
+    other = columns([float(k) for k in range(101)], [k + 2.5 for k in range(101)])
+    said = loads_said([runs[0], ("d", other, summary(other, 2.5))]).replace("\n  ", " ")
+    assert said.count("req/s offered") == 2 and "load under policy d: 1 req/s" in said
+    assert said.count("kvbudget capacity") == 1
+    closed = {**summary(kept, 5.0), "closed_loop": {"num_users": 2}}
+    assert loads_said([("a", kept, closed)]) == ""
