@@ -35,7 +35,12 @@ from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
 from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
-from kvbudget.simulator.scenario import ScenarioSpec, make_scenario
+from kvbudget.simulator.scenario import (
+    ScenarioSpec,
+    default_scenario_dict,
+    make_scenario,
+    synthetic_rate_hint,
+)
 from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
@@ -415,7 +420,9 @@ class ScenarioArgs:
                 and (table or fmt is not None)):
             opts = ", ".join("--" + k.replace("_", "-") for k in given
                              if with_rate_scale or k != "rate_scale")
-            raise CliError(f"{opts}: trace options need --trace FILE")
+            raise CliError(f"{opts}: trace options need --trace FILE" + (synthetic_rate_hint(
+                default_scenario_dict()["workload"], given["rate_scale"])
+                if with_rate_scale and "rate_scale" in given else ""))
         if self.trace is None and fmt is not None:
             raise CliError("--format: needs --trace FILE")
         clients = None

@@ -63,6 +63,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import operator
 import re
 import textwrap
@@ -1015,6 +1016,23 @@ ENGINE_FLAG_KEYS: tuple[str, ...] = (
 engine flags; any other key goes through ``overrides``)."""
 
 
+def synthetic_rate_hint(workload: Any, rate_scale: Any) -> str:
+    """What to give instead of a trace's rate scale for a synthetic workload (``[workload]``
+    as its table holds it): ``"; a synthetic workload's rate is its arrival's: --set
+    workload.arrival.rate_rps=11 is 2x this scenario's 5.5 req/s"`` (the arrival's rate times the
+    scale where both are numbers, else ``R``)."""
+    arrival = workload.get("arrival") if isinstance(workload, Mapping) else None
+    rate = arrival.get("rate_rps") if isinstance(arrival, Mapping) else None
+    try:
+        scale = float(rate_scale)
+    except (TypeError, ValueError):
+        scale = math.nan
+    said = "; a synthetic workload's rate is its arrival's: --set workload.arrival.rate_rps="
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and scale > 0:
+        return f"{said}{rate * scale:g} is {scale:g}x this scenario's {rate:g} req/s"
+    return f"{said}R (requests a second)"
+
+
 def make_scenario(
     scenario: Path | None = None,
     overrides: Sequence[str] = (),
@@ -1087,7 +1105,9 @@ def make_scenario(
         if not isinstance(workload, dict) or workload.get("kind") != "trace":
             names = ", ".join(sorted(trace_options))
             raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
-                             "scenario whose [workload] has kind = \"trace\"")
+                             "scenario whose [workload] has kind = \"trace\""
+                             + (synthetic_rate_hint(workload, trace_options["rate_scale"])
+                                if "rate_scale" in trace_options else ""))
         workload["options"] = {**workload.get("options", {}), **trace_options}
     try:
         return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,

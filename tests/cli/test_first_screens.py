@@ -502,3 +502,33 @@ def test_trace_seed_refuses_a_negative_seed_by_name(tmp_path: Path, command: str
     code, _, stderr = run("trace", command, trace, *out, "--seed", "-1")
     assert code == 2 and stderr.startswith(
         "error: Invalid value for '--seed': -1 is not in the range x>=0"), stderr
+
+
+def test_rate_scale_on_a_synthetic_workload_says_the_rate_field_to_set(tmp_path: Path) -> None:
+    """``kvbudget simulate --rate-scale 2`` (twice the load, as a newcomer tries it on the
+    default scenario) said only "--rate-scale: trace options need --trace FILE": the default
+    scenario's synthetic workload takes its rate elsewhere, and nothing said where. The
+    refusal now names the field and the value that is twice its rate; following it runs at
+    that rate. A synthetic scenario file's refusal does the same with its own rate."""
+    code, _, stderr = run("simulate", "--rate-scale", "2")
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("error: --rate-scale: trace options need --trace FILE"), stderr
+    assert ("--set workload.arrival.rate_rps=11 is 2x this scenario's 5.5 req/s"
+            in stderr), stderr
+    code, stdout, stderr = run("simulate", "--set", "workload.arrival.rate_rps=11", "--set",
+                               "workload.duration_s=60", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    offered = (summary["overall"]["offered"] - 1) / summary["offered_window_s"]
+    assert 9.5 < offered < 12.5, offered  # a Poisson draw of 11 req/s over a minute
+    scenario = tmp_path / "syn.toml"
+    scenario.write_text(
+        'name = "syn"\n[workload]\nkind = "synthetic"\nduration_s = 20\n'
+        'arrival = { kind = "gamma", rate_rps = 2, cv = 2 }\n'
+        '[[workload.tiers]]\nname = "interactive"\nshare = 1\n'
+        'prompt = { kind = "fixed", tokens = 100 }\noutput = { kind = "fixed", tokens = 50 }\n')
+    code, _, stderr = run("simulate", "--scenario", scenario, "--rate-scale", "3")
+    assert code == 2 and "--set workload.arrival.rate_rps=6 is 3x this scenario's 2 req/s" \
+        in stderr, stderr
+    code, _, stderr = run("simulate", "--window", "0:5")  # no rate given: no rate said
+    assert code == 2 and stderr == "error: --window: trace options need --trace FILE\n", stderr
