@@ -58,6 +58,26 @@ def _check_executor(executor: str, address: str | None, jobs: int | None,
                            "this process; give --replications N (N > 1) to run on an executor")
 
 
+DEFAULT_CONFIDENCE = 0.95
+"""``--confidence``'s default: the level of the replicated table's intervals."""
+
+
+def _check_one_run(metric: list[str] | None, confidence: float, replications: int) -> None:
+    """``--metric`` and ``--confidence`` shape the replicated table (``-r`` above 1): with one
+    replication there is none (each policy's tables print instead), so either given is
+    refused, not ignored."""
+    if replications > 1:
+        return
+    given = [flag for flag, on in (("--metric", metric is not None),
+                                   ("--confidence", confidence != DEFAULT_CONFIDENCE)) if on]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise CliError(f"{', '.join(given)}: {verb} only to the replicated table (--replications "
+                       "N, N > 1: intervals and paired tests); one replication prints each "
+                       "policy's own tables (every column: --wide; every figure: --json; "
+                       "intervals: --interval LEVEL)")
+
+
 def _check_interval(level: float | None, num_draws: int, replications: int) -> None:
     if level is None:
         return
@@ -109,7 +129,8 @@ def compare_cmd(
         help="Seeds per policy (common random numbers); above "
         "1: means with intervals and paired tests against the first policy.")] = 1,
     confidence: Annotated[float, typer.Option(
-        "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
+        "--confidence", min=0.5, max=0.999, help="Level of the intervals (with -r above "
+        "1).")] = DEFAULT_CONFIDENCE,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="A metric of the replicated table (column or dotted summary path, "
         "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT/ITL, "
@@ -131,6 +152,7 @@ def compare_cmd(
     with user_errors():
         names = policy_names(policies)
         _check_executor(executor, address, jobs, replications)
+        _check_one_run(metric, confidence, replications)
         _check_interval(interval, interval_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)

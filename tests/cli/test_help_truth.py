@@ -3,6 +3,7 @@ text names is one the command has, and each default it states is the one the com
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,3 +210,23 @@ def test_an_option_said_to_be_for_records_is_refused_with_url(
     for option in ("-tp", "--kv-cache-dtype"):  # calibrate --url writes them in its file
         assert "recorded in the cost file with --gpu" in _help("calibrate", option)
         assert _help("validate", option).startswith("With --records:")  # refused with --url
+
+
+def test_compare_refuses_the_replicated_tables_options_with_one_replication() -> None:
+    """``compare --metric tiers.interactive.ttft_s.p99`` (or ``--confidence 0.9``) without
+    ``-r`` printed the full one-run tables and exited 0: the option, which shapes the
+    replicated table ("A metric of the replicated table", "Level of the intervals"), was
+    dropped unsaid. One replication refuses it, saying what to give; with ``-r 2`` the table
+    holds the metric asked for, at the level asked for."""
+    short = ["--set", "workload.duration_s=20", "--policies", "unlimited,conservative"]
+    for flags in (["--metric", "tiers.interactive.ttft_s.p99"], ["--confidence", "0.9"]):
+        code, stdout, stderr = run("compare", *short, *flags)
+        assert code == 2 and not stdout and stderr.count("\n") == 1, (flags, stdout, stderr)
+        assert stderr.startswith(f"error: {flags[0]}: applies only to the replicated table "
+                                 "(--replications N, N > 1"), stderr
+    code, stdout, stderr = run("compare", *short, "--metric", "tiers.interactive.ttft_s.p99",
+                               "--confidence", "0.9", "-r", "2", "-j", "1", "--json")
+    assert code == 0, stderr
+    rows = json.loads(stdout)
+    assert {r["metric"] for r in rows} == {"interactive_ttft_p99_s"}, rows
+    assert ("Level of the intervals (with -r above 1)." in _help("compare", "--confidence"))
