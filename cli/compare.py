@@ -28,6 +28,7 @@ from kvbudget.cli.simulate import (
     IntervalOpt,
     JsonOpt,
     WideOpt,
+    interval_draws_of,
     records_for_load,
 )
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
@@ -146,14 +147,15 @@ def compare_cmd(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     interval: IntervalOpt = None,
-    interval_draws: DrawsOpt = 40,
+    interval_draws: DrawsOpt = None,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
     with user_errors():
         names = policy_names(policies)
         _check_executor(executor, address, jobs, replications)
         _check_one_run(metric, confidence, replications)
-        _check_interval(interval, interval_draws, replications)
+        num_draws = interval_draws_of(interval, interval_draws)
+        _check_interval(interval, num_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)
         defaults: str | None = None
@@ -161,7 +163,7 @@ def compare_cmd(
             result = compare(scn, names, metrics=metric)
             defaults = defaults_said(setup)  # said once the trace has loaded
             if interval is not None:
-                _add_intervals(result, scn, names, interval, interval_draws)
+                _add_intervals(result, scn, names, interval, num_draws)
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)

@@ -230,3 +230,22 @@ def test_compare_refuses_the_replicated_tables_options_with_one_replication() ->
     rows = json.loads(stdout)
     assert {r["metric"] for r in rows} == {"interactive_ttft_p99_s"}, rows
     assert ("Level of the intervals (with -r above 1)." in _help("compare", "--confidence"))
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_interval_draws_without_an_interval_is_refused(command: str) -> None:
+    """``simulate --interval-draws 10`` (and ``compare``'s) without ``--interval`` ran the one
+    run and exited 0, the count dropped unsaid, where ``capacity``, ``sweep`` and ``plan``
+    refuse it. It is refused alike; with ``--interval`` it is the runs' count, 40 by default
+    as the help says."""
+    code, stdout, stderr = run(command, "--interval-draws", "10")
+    assert code == 2 and not stdout, (stdout, stderr)
+    assert stderr == "error: --interval-draws: applies with --interval only\n", stderr
+    assert "(each one simulation; default 40)" in _help(command, "--interval-draws")
+    code, stdout, stderr = run(command, "--set", "workload.duration_s=10", "--interval", "0.9",
+                               "--interval-draws", "2", "--policies" if command == "compare"
+                               else "--policy", "unlimited", "--json")
+    assert code == 0, stderr
+    said = json.loads(stdout)
+    said = said[0] if command == "compare" else said
+    assert said["intervals"]["num_draws"] == 2, said["intervals"]
