@@ -19,6 +19,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
+from kvbudget.cli.usage_errors import OneLineGroup
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import detect_recording_format, read_recording
 from kvbudget.results.said import WIDTH, fill
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
 
 trace_app = typer.Typer(
+    cls=OneLineGroup,
     name="trace",
     help="Inspect, convert, generate and download workload traces.",
     no_args_is_help=True,
