@@ -33,6 +33,7 @@ from kvbudget.cli.errors import CliError
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
+from kvbudget.policies.registry import unknown_policy
 from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.simulator.scenario import (
@@ -443,7 +444,8 @@ class ScenarioArgs:
             typed = [(key if flag.startswith("--set ") else flag, key)
                      for flag, key, _ in typed_fields(self)]
             raise flag_named(exc, self.scenario, [*typed, *(
-                [("--seed", "seed")] if seed is not None else [])]) from None
+                [("--seed", "seed")] if seed is not None else []), *(
+                [("--policy", "policy")] if policy is not None else [])]) from None
 
 
 def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
@@ -670,7 +672,9 @@ JobsOpt = Annotated[
 
 def policy_from_flags(name: str, params: list[str] | None) -> "BasePolicy":
     """The policy ``name`` with the ``--param key=value`` settings (a value is read as JSON
-    when it parses, else kept as text)."""
+    when it parses, else kept as text); an unknown name refused naming ``--policy``."""
+    if name not in POLICIES:
+        raise CliError(f"--policy: {unknown_policy(name)}")
     values: dict[str, Any] = {}
     for item in params or []:
         key, sep, raw = item.partition("=")
@@ -692,7 +696,5 @@ def policy_names(text: str | None) -> list[str]:
         raise CliError("--policies: give at least one policy name")
     for name in names:
         if name not in POLICIES:
-            raise CliError(
-                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-            )
+            raise CliError(f"--policies: {unknown_policy(name)}")
     return names

@@ -98,7 +98,12 @@ from kvbudget.perf.vllm_defaults import BLOCK_SIZE_MULTIPLE
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
-from kvbudget.policies.registry import POLICIES, parameter_hint, policy_parameters
+from kvbudget.policies.registry import (
+    POLICIES,
+    parameter_hint,
+    policy_parameters,
+    unknown_policy,
+)
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.disagg_config import disagg_from_tables
@@ -807,8 +812,8 @@ def _check_no_double(overrides: Sequence[str], trace: Path | None, trace_format:
 def _check_policy_params(policy: str, params: Mapping[str, Any]) -> None:
     """``policy_params`` are the scenario's policy's: a key it does not take is named as the
     field, with the key meant or the policies that take it and how to choose one."""
-    if policy not in POLICIES:  # make_policy names the policies
-        return
+    if policy not in POLICIES:
+        raise ValueError(f"policy: {unknown_policy(policy)}")
     known = policy_parameters(policy)
     for key in sorted(params):
         if key not in known:

@@ -532,3 +532,39 @@ def test_rate_scale_on_a_synthetic_workload_says_the_rate_field_to_set(tmp_path:
         in stderr, stderr
     code, _, stderr = run("simulate", "--window", "0:5")  # no rate given: no rate said
     assert code == 2 and stderr == "error: --window: trace options need --trace FILE\n", stderr
+
+
+KNOWN = ("known policies: unlimited, conservative, overcommit, preemptive, quantile, adaptive, "
+         "peak, early_reject")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["simulate", "--policy", "overcomit"], "--policy: "),
+    (["simulate", "--set", "policy=overcomit"], "policy: "),
+    (["simulate", "--scenario", "{typo}"], "{typo}: policy: "),
+    (["compare", "--policies", "unlimited,overcomit"], "--policies: "),
+    (["tune", "--out", "{out}", "--param", "policy_params.overcommit_ratio=0.1:1", "--policy",
+      "overcomit"], "--policy: "),
+    (["replay", "--url", "http://127.0.0.1:9", "--trace", "{trace}", "--out", "{out}",
+      "--policy", "overcomit"], "--policy: "),
+    (["serve", "--upstream", "http://127.0.0.1:9", "--policy", "overcomit"], "--policy: "),
+    (["serve", "--upstream", "http://127.0.0.1:9", "--scenario", "{ok}", "--policy",
+      "overcomit"], "--policy: "),
+])
+def test_a_misspelt_policy_is_named_with_its_flag_and_the_one_meant(
+        tmp_path: Path, args: list[str], said: str) -> None:
+    """``simulate --policy overcomit`` said "unknown policy 'overcomit'; known policies: ..."
+    (no flag, no suggestion, where --gpu and --model say both), ``tune --policy`` named
+    --policies, ``replay --policy`` no flag, and ``serve --scenario F --policy overcomit``
+    asked the upstream for its KV capacity before refusing the name. Each now says one line
+    naming where the name was given and the policy meant, before anything runs."""
+    paths = {"typo": tmp_path / "typo.toml", "ok": tmp_path / "ok.toml",
+             "trace": tmp_path / "t.csv", "out": tmp_path / "out"}
+    paths["typo"].write_text('name = "x"\npolicy = "overcomit"\n')
+    paths["ok"].write_text('name = "x"\npolicy = "conservative"\n')
+    paths["trace"].write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    fill = {k: str(v) for k, v in paths.items()}
+    code, stdout, stderr = run(*[a.format(**fill) for a in args])
+    assert code == 2, (stdout, stderr)
+    assert stderr == (f"error: {said.format(**fill)}unknown policy 'overcomit' (did you mean "
+                      f"overcommit?); {KNOWN}\n"), stderr
