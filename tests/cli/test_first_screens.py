@@ -568,3 +568,27 @@ def test_a_misspelt_policy_is_named_with_its_flag_and_the_one_meant(
     assert code == 2, (stdout, stderr)
     assert stderr == (f"error: {said.format(**fill)}unknown policy 'overcomit' (did you mean "
                       f"overcommit?); {KNOWN}\n"), stderr
+
+
+def test_a_folder_of_runs_names_the_run_directories_in_it(tmp_path: Path) -> None:
+    """``kvbudget compare --out runs/cmp`` writes one run directory per policy; ``kvbudget
+    report runs/cmp`` (the folder the user named) said only "not a run directory
+    (requests.parquet is missing)". It now names the run directories it holds and how to give
+    them; following it writes the report."""
+    out = tmp_path / "cmp"
+    code, _, stderr = run("compare", "--set", "workload.duration_s=10", "--policies",
+                          "unlimited,conservative", "--out", out)
+    assert code == 0, stderr
+    code, _, stderr = run("report", out, "--out", tmp_path / "rep")
+    assert code == 2, stderr
+    assert stderr == (f"error: {out}: not a run directory (requests.parquet is missing), but it "
+                      "holds 2 run directories: conservative, unlimited; give one "
+                      f"({out / 'conservative'}), or all where several are taken "
+                      f"({out / '*'})\n"), stderr
+    code, _, stderr = run("report", out / "conservative", out / "unlimited", "--out",
+                          tmp_path / "rep")
+    assert code == 0 and (tmp_path / "rep" / "report.html").is_file(), stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, stderr = run("report", empty)  # a folder of no runs: no more said than before
+    assert stderr == f"error: {empty}: not a run directory (requests.parquet is missing)\n"
