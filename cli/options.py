@@ -150,7 +150,8 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         rich_help_panel=_E)], None, "enable_expert_parallel"),
     "kv_cache_dtype": (Annotated[str | None, typer.Option(
         "--kv-cache-dtype", help="auto (the model's 16-bit dtype), fp8 (= fp8_e4m3) or "
-        "fp8_e5m2.", rich_help_panel=_E)], None, "kv_cache_dtype"),
+        "fp8_e5m2 (default: the scenario's, else auto, vLLM's).", rich_help_panel=_E)], None,
+        "kv_cache_dtype"),
 }
 
 CLIENTS_HELP = ("What each tier's clients do with answers (no-retry, openai-sdk, batch-pipeline, "

@@ -249,3 +249,30 @@ def test_interval_draws_without_an_interval_is_refused(command: str) -> None:
     said = json.loads(stdout)
     said = said[0] if command == "compare" else said
     assert said["intervals"]["num_draws"] == 2, said["intervals"]
+
+
+def test_the_last_helps_without_a_default_say_it_and_runs_take_it(tmp_path: Path) -> None:
+    """``--kv-cache-dtype`` was the one engine knob whose help gave no default, and ``trace
+    synth --rate-rps`` / ``--duration-s`` said "Override the arrival rate" / "the duration"
+    with neither the unit nor the value left in force. Each help says them; a run without the
+    flag takes them (the default mix's 5.5 req/s over 300 s; a 16-bit KV cache)."""
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.workloads.spec import DEFAULT_RATE_RPS, default_workload_spec
+
+    assert "(default: the scenario's, else auto, vLLM's)" in _help("simulate", "--kv-cache-dtype")
+    assert EngineConfig().kv_cache_dtype == "auto"
+    assert "requests a second (default: the spec's; the default mix's 5.5)" in _help(
+        "trace synth", "--rate-rps")
+    assert "seconds (drops num_requests; default: the spec's; the default mix's 300)" in _help(
+        "trace synth", "--duration-s")
+    assert DEFAULT_RATE_RPS == 5.5 and default_workload_spec().duration_s == 300.0
+    code, _, stderr = run("trace", "synth", "--out", tmp_path / "w.csv")
+    assert code == 0, stderr
+    import pandas as pd
+
+    arrivals = pd.read_csv(tmp_path / "w.csv")["arrival_s"]
+    span = arrivals.max() - arrivals.min()
+    assert 290 < span <= 300 and 5.0 < (len(arrivals) - 1) / span < 6.0, (span, len(arrivals))
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["engine_knobs"]["kv_cache_dtype"] == "auto"
