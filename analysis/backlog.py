@@ -28,7 +28,7 @@ import numpy.typing as npt
 from kvbudget.results.said import fill
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 
-__all__ = ["Backlog", "backlog", "load_said", "loads_said", "with_deadlines"]
+__all__ = ["Backlog", "backlog", "load_said", "loads_said", "tiers_grown", "with_deadlines"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -153,6 +153,44 @@ def backlog(record_columns: Mapping[str, Any]) -> Backlog | None:
                    int(np.sum(status == "preempted_dropped")))
 
 
+def tiers_grown(record_columns: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of a run whose backlog grew, the tiers whose own backlog grew and those whose stayed
+    level, each counted at the run's arrival window's midpoint and last arrival (a gateway
+    that serves its interactive tier ahead keeps that tier level while batch work piles
+    up: the run's verdict is its whole backlog's, and the table's conclusion the tiers'
+    SLOs); ``((), ())`` without a ``tier`` column, below two tiers, or where every tier's
+    backlog moved alike."""
+    if "tier" not in record_columns:
+        return (), ()
+    arrival = np.asarray(record_columns["arrival_s"], dtype=float)
+    tier = np.asarray(record_columns["tier"]).astype(str)
+    names = list(dict.fromkeys(tier.tolist()))
+    if len(names) < 2 or len(arrival) < 2:
+        return (), ()
+    left, _ = _left_s(record_columns, arrival)
+    last = float(arrival.max())
+    mid = (float(arrival.min()) + last) / 2
+    grew: list[str] = []
+    level: list[str] = []
+    for name in names:
+        mine = tier == name
+        at_mid = int(np.sum(mine & (arrival <= mid) & (left > mid)))
+        at_end = int(np.sum(mine & (arrival <= last) & (left > last)))
+        (grew if Backlog(at_mid, at_end, 0, 0).grew else level).append(name)
+    return (tuple(grew), tuple(level)) if grew and level else ((), ())
+
+
+def _tiers_said(grown: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    """``only the batch tier's backlog grew (the interactive tier's stayed level)``."""
+    def whose(names: tuple[str, ...]) -> str:
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        return f"the {listed} tier's" if len(names) == 1 else f"the {listed} tiers'"
+
+    grew, level = grown
+    return (f"only {whose(grew)} backlog{'s' if len(grew) > 1 else ''} grew ({whose(level)} "
+            "stayed level)")
+
+
 CAPACITY_ADVICE = ("how far from its capacity: kvbudget capacity, with the same options and "
                    "--out DIR, finds the largest rate that meets the SLO")
 """What ends a ``load:`` line (``compare`` says its own, once: :func:`loads_said`)."""
@@ -251,6 +289,9 @@ def load_said(record_columns: Mapping[str, Any], summary: Mapping[str, Any],
             f"midpoint, {b.at_end:,} at the last arrival{drained}")
     shed = _shed_said(b)
     verdict = _VERDICTS[_verdict(b)].format(who="", each="this policy", runs="this run says")
+    grown = tiers_grown(record_columns) if _verdict(b) == "grew" else ((), ())
+    if grown[0]:
+        verdict += f"; {_tiers_said(grown)}"
     return fill(f"{head}{'; ' + shed if shed else ''}: {verdict}{_moved_said(b)}"
                 + (f" ({CAPACITY_ADVICE})" if advice else ""))
 
@@ -290,6 +331,13 @@ def loads_said(runs: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]])
         by_verdict.setdefault(_verdict(b), []).append(name)
     verdicts = "; ".join(_VERDICTS[key].format(**dict(zip(("who", "each", "runs"), _names(
         names, len(measured)), strict=True))) for key, names in by_verdict.items())
+    by_split: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+    for name, cols, _summary in runs:
+        if name in by_verdict.get("grew", ()) and (grown := tiers_grown(cols))[0]:
+            by_split.setdefault(grown, []).append(name)
+    for grown, names in by_split.items():
+        who = _names(names, len(measured))[0]
+        verdicts += f";{who}, {_tiers_said(grown)}"
     head = (f"load: {rate:.3g} req/s offered to each policy (over the arrival window, first to "
             "last arrival); requests in the system (arrived, not finished) at the window's "
             "midpoint and at its last arrival"
