@@ -224,7 +224,7 @@ def _verdict(b: Backlog) -> str:
 
 
 def _shed_said(b: Backlog, *, meaning: bool = True) -> str:
-    """``; N of M (P%) shed (...)`` with the leaves the records cannot place; ``""`` where
+    """``N of M (P%) shed (...)`` with the leaves the records cannot place; ``""`` where
     none was shed. ``meaning``: say what shed means (``compare`` says it once)."""
     if not b.num_shed:
         return ""
