@@ -1038,6 +1038,18 @@ def synthetic_rate_hint(workload: Any, rate_scale: Any) -> str:
     return f"{said}R (requests a second)"
 
 
+def _add_trace_options(workload: Any, trace_options: Mapping[str, Any]) -> None:
+    """The trace options into a trace workload's ``[workload.options]`` table; refused for any
+    other workload (for a synthetic one's rate scale, naming its rate field instead)."""
+    if not isinstance(workload, dict) or workload.get("kind") != "trace":
+        names = ", ".join(sorted(trace_options))
+        raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
+                         "scenario whose [workload] has kind = \"trace\""
+                         + (synthetic_rate_hint(workload, trace_options["rate_scale"])
+                            if "rate_scale" in trace_options else ""))
+    workload["options"] = {**workload.get("options", {}), **trace_options}
+
+
 def make_scenario(
     scenario: Path | None = None,
     overrides: Sequence[str] = (),
@@ -1106,14 +1118,7 @@ def make_scenario(
         if trace_format is not None:
             data["workload"]["format"] = trace_format
     if trace_options:
-        workload = data.get("workload")
-        if not isinstance(workload, dict) or workload.get("kind") != "trace":
-            names = ", ".join(sorted(trace_options))
-            raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
-                             "scenario whose [workload] has kind = \"trace\""
-                             + (synthetic_rate_hint(workload, trace_options["rate_scale"])
-                                if "rate_scale" in trace_options else ""))
-        workload["options"] = {**workload.get("options", {}), **trace_options}
+        _add_trace_options(data.get("workload"), trace_options)
     try:
         return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,
                                   say_fitted=say_fitted, block_size_ran=block_size_ran)
