@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvbudget.analysis.backlog import load_said
+from kvbudget.analysis.backlog import loads_said
 from kvbudget.analysis.conclusion import conclude
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.options import (
@@ -28,10 +28,10 @@ from kvbudget.cli.simulate import (
     IntervalOpt,
     JsonOpt,
     WideOpt,
+    interval_draws_of,
     records_for_load,
 )
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
-from kvbudget.results.said import fill
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
 from kvbudget.studies.intervals import check_level, draw_intervals, headline
@@ -57,6 +57,26 @@ def _check_executor(executor: str, address: str | None, jobs: int | None,
         if given:
             raise CliError(f"{', '.join(given)}: one replication runs each policy once in "
                            "this process; give --replications N (N > 1) to run on an executor")
+
+
+DEFAULT_CONFIDENCE = 0.95
+"""``--confidence``'s default: the level of the replicated table's intervals."""
+
+
+def _check_one_run(metric: list[str] | None, confidence: float, replications: int) -> None:
+    """``--metric`` and ``--confidence`` shape the replicated table (``-r`` above 1): with one
+    replication there is none (each policy's tables print instead), so either given is
+    refused, not ignored."""
+    if replications > 1:
+        return
+    given = [flag for flag, on in (("--metric", metric is not None),
+                                   ("--confidence", confidence != DEFAULT_CONFIDENCE)) if on]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise CliError(f"{', '.join(given)}: {verb} only to the replicated table (--replications "
+                       "N, N > 1: intervals and paired tests); one replication prints each "
+                       "policy's own tables (every column: --wide; every figure: --json; "
+                       "intervals: --interval LEVEL)")
 
 
 def _check_interval(level: float | None, num_draws: int, replications: int) -> None:
@@ -85,18 +105,14 @@ def _add_intervals(result: Comparison, scn: "Scenario", names: list[str], level:
 
 
 def _say_load(scn: "Scenario", names: list[str], result: Comparison) -> None:
-    """``simulate``'s ``load:`` line for each policy's run (:func:`load_said`): the offered
-    load is the same, but each policy's backlog follows its own refusals and expiries, so
-    whether the deployment kept up is said per policy."""
+    """``compare``'s ``load:`` line (:func:`loads_said`): the offered load is the same, but
+    each policy's backlog follows its own refusals and expiries, so whether the deployment
+    kept up is said per policy, runs with one verdict sharing it."""
     workload = scn.workload()  # the one every policy ran (its deadlines place the expired)
-    lines = [load_said(records_for_load(scn, workload, run), run.summary, policy=name,
-                       advice=False) for name, run in zip(names, result.results, strict=True)]
-    for line in filter(None, lines):
-        typer.echo(line)
-    if any(lines):  # the advice once, not once a policy
-        typer.echo(fill("(how far each policy is from its capacity: kvbudget capacity, with "
-                        "the same options, --policies among them, and --out DIR, finds the "
-                        "largest rate at which each meets the SLO)"))
+    said = loads_said([(name, records_for_load(scn, workload, run), run.summary)
+                       for name, run in zip(names, result.results, strict=True)])
+    if said:
+        typer.echo(said)
 
 
 @with_scenario_options
@@ -114,7 +130,8 @@ def compare_cmd(
         help="Seeds per policy (common random numbers); above "
         "1: means with intervals and paired tests against the first policy.")] = 1,
     confidence: Annotated[float, typer.Option(
-        "--confidence", min=0.5, max=0.999, help="Level of the intervals.")] = 0.95,
+        "--confidence", min=0.5, max=0.999, help="Level of the intervals (with -r above "
+        "1).")] = DEFAULT_CONFIDENCE,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", help="A metric of the replicated table (column or dotted summary path, "
         "e.g. tiers.interactive.ttft_s.p99; repeatable; default: per tier p99 TTFT/TPOT/ITL, "
@@ -130,13 +147,15 @@ def compare_cmd(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     interval: IntervalOpt = None,
-    interval_draws: DrawsOpt = 40,
+    interval_draws: DrawsOpt = None,
 ) -> None:
     """Run the same workload and seed under each policy and print them side by side."""
     with user_errors():
         names = policy_names(policies)
         _check_executor(executor, address, jobs, replications)
-        _check_interval(interval, interval_draws, replications)
+        _check_one_run(metric, confidence, replications)
+        num_draws = interval_draws_of(interval, interval_draws)
+        _check_interval(interval, num_draws, replications)
         check_out_dir(out)
         scn = setup.build(seed=seed)
         defaults: str | None = None
@@ -144,7 +163,7 @@ def compare_cmd(
             result = compare(scn, names, metrics=metric)
             defaults = defaults_said(setup)  # said once the trace has loaded
             if interval is not None:
-                _add_intervals(result, scn, names, interval, interval_draws)
+                _add_intervals(result, scn, names, interval, num_draws)
             if out is not None:
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 # started as the command (the ``kvbudget`` script, ``python -m kvbudget`` or ``python -m
@@ -61,6 +61,7 @@ import typer  # noqa: E402
 
 import kvbudget  # noqa: E402
 from kvbudget.cli.help_text import PANELS, SUMMARIES, epilog  # noqa: E402
+from kvbudget.cli.usage_errors import OneLineGroup  # noqa: E402
 from kvbudget.perf.command_flags import set_taken  # noqa: E402
 
 
@@ -92,38 +93,7 @@ def _guard(command: object) -> None:
     command._kvbudget_guarded = True  # type: ignore[attr-defined]
 
 
-# the exceptions of the click typer runs on: its own copy (typer._click) from typer 0.2x, click
-# itself before; a group named without its subcommand raises NoArgsIsHelpError from click 8.2
-_CLICK_ERRORS: Any = sys.modules[typer.BadParameter.__module__]
-_NO_ARGS_IS_HELP: Any = getattr(_CLICK_ERRORS, "NoArgsIsHelpError", ())
-
-
-@contextlib.contextmanager
-def _one_line_usage_errors() -> Iterator[None]:
-    """The parser's refusals (a mistyped flag or command, a value out of range, a missing
-    option) as every other bad input is said: one ``error:`` line, exit 2, here with where
-    the options are listed; click's own shows the usage line and a hint over three more. A
-    group named without its subcommand still shows its help."""
-    try:
-        yield
-    except _NO_ARGS_IS_HELP:
-        raise
-    except _CLICK_ERRORS.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx is not None else "kvbudget"
-        print(f"error: {exc.format_message().rstrip('.')} (see {where} --help)", file=sys.stderr)
-        raise typer.Exit(exc.exit_code) from None
-
-
-class _Group(typer.core.TyperGroup):
-    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
-                     **extra: Any) -> Any:
-        with _one_line_usage_errors():
-            return super().make_context(info_name, args, parent=parent, **extra)
-
-    def invoke(self, ctx: Any) -> Any:
-        with _one_line_usage_errors():
-            return super().invoke(ctx)
-
+class _Group(OneLineGroup):
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
         if command is not None:

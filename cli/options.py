@@ -33,9 +33,15 @@ from kvbudget.cli.errors import CliError
 from kvbudget.perf.vllm_defaults import VLLM_VERSION
 from kvbudget.policies import POLICIES, make_policy
 from kvbudget.policies.clients import parse_clients
+from kvbudget.policies.registry import unknown_policy
 from kvbudget.results.said import fill
 from kvbudget.simulator.engine_config import ENGINE_NAMES
-from kvbudget.simulator.scenario import ScenarioSpec, make_scenario
+from kvbudget.simulator.scenario import (
+    ScenarioSpec,
+    default_scenario_dict,
+    make_scenario,
+    synthetic_rate_hint,
+)
 from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
@@ -144,7 +150,8 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         rich_help_panel=_E)], None, "enable_expert_parallel"),
     "kv_cache_dtype": (Annotated[str | None, typer.Option(
         "--kv-cache-dtype", help="auto (the model's 16-bit dtype), fp8 (= fp8_e4m3) or "
-        "fp8_e5m2.", rich_help_panel=_E)], None, "kv_cache_dtype"),
+        "fp8_e5m2 (default: the scenario's, else auto, vLLM's).", rich_help_panel=_E)], None,
+        "kv_cache_dtype"),
 }
 
 CLIENTS_HELP = ("What each tier's clients do with answers (no-retry, openai-sdk, batch-pipeline, "
@@ -415,7 +422,9 @@ class ScenarioArgs:
                 and (table or fmt is not None)):
             opts = ", ".join("--" + k.replace("_", "-") for k in given
                              if with_rate_scale or k != "rate_scale")
-            raise CliError(f"{opts}: trace options need --trace FILE")
+            raise CliError(f"{opts}: trace options need --trace FILE" + (synthetic_rate_hint(
+                default_scenario_dict()["workload"], given["rate_scale"])
+                if with_rate_scale and "rate_scale" in given else ""))
         if self.trace is None and fmt is not None:
             raise CliError("--format: needs --trace FILE")
         clients = None
@@ -436,7 +445,8 @@ class ScenarioArgs:
             typed = [(key if flag.startswith("--set ") else flag, key)
                      for flag, key, _ in typed_fields(self)]
             raise flag_named(exc, self.scenario, [*typed, *(
-                [("--seed", "seed")] if seed is not None else [])]) from None
+                [("--seed", "seed")] if seed is not None else []), *(
+                [("--policy", "policy")] if policy is not None else [])]) from None
 
 
 def typed_fields(setup: ScenarioArgs) -> list[tuple[str, str, str]]:
@@ -663,7 +673,9 @@ JobsOpt = Annotated[
 
 def policy_from_flags(name: str, params: list[str] | None) -> "BasePolicy":
     """The policy ``name`` with the ``--param key=value`` settings (a value is read as JSON
-    when it parses, else kept as text)."""
+    when it parses, else kept as text); an unknown name refused naming ``--policy``."""
+    if name not in POLICIES:
+        raise CliError(f"--policy: {unknown_policy(name)}")
     values: dict[str, Any] = {}
     for item in params or []:
         key, sep, raw = item.partition("=")
@@ -685,7 +697,5 @@ def policy_names(text: str | None) -> list[str]:
         raise CliError("--policies: give at least one policy name")
     for name in names:
         if name not in POLICIES:
-            raise CliError(
-                f"--policies: unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-            )
+            raise CliError(f"--policies: {unknown_policy(name)}")
     return names

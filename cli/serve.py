@@ -86,14 +86,22 @@ def _policy_maker(scenario: Path | None, policy: str | None
     (a reload reads it again)."""
     if scenario is None:
         name = policy or "conservative"
-        make_policy(name)
+        try:
+            make_policy(name)
+        except ValueError as exc:
+            raise CliError(f"--policy: {exc}") from None
         return None, lambda: make_policy(name)
 
     def fresh() -> "BasePolicy":
         scn = load_scenario(scenario)
         return scn.make_policy(policy)
 
-    return load_scenario(scenario), fresh
+    loaded = load_scenario(scenario)
+    try:  # refused before the upstreams are asked anything
+        loaded.make_policy(policy)
+    except ValueError as exc:
+        raise CliError(f"--policy: {exc}" if policy is not None else str(exc)) from None
+    return loaded, fresh
 
 
 def _reloader(scenario: Path, policy: str | None, sets_capacity: bool

@@ -41,8 +41,20 @@ IntervalOpt = Annotated[float | None, typer.Option(
     "--interval", help="Give the headline figures an interval at this level (e.g. 0.9): the "
     "run again with the next seeds and the step model's constants drawn from their stated "
     "ranges, or from a calibrated cost file's posterior (docs/fidelity.md).")]
-DrawsOpt = Annotated[int, typer.Option(
-    "--interval-draws", help="Runs behind --interval (each one simulation).")]
+DEFAULT_DRAWS = 40
+"""Runs behind ``simulate``'s and ``compare``'s ``--interval`` unless ``--interval-draws``
+says."""
+DrawsOpt = Annotated[int | None, typer.Option(
+    "--interval-draws", help=f"Runs behind --interval (each one simulation; default "
+    f"{DEFAULT_DRAWS}).")]
+
+
+def interval_draws_of(level: float | None, draws: int | None) -> int:
+    """The runs behind ``--interval``: ``--interval-draws``, else :data:`DEFAULT_DRAWS`; the
+    count given without ``--interval`` is refused, not ignored."""
+    if level is None and draws is not None:
+        raise CliError("--interval-draws: applies with --interval only")
+    return DEFAULT_DRAWS if draws is None else draws
 
 
 def build_scenario(
@@ -123,10 +135,11 @@ def simulate_cmd(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     interval: IntervalOpt = None,
-    interval_draws: DrawsOpt = 40,
+    interval_draws: DrawsOpt = None,
 ) -> None:
     """Simulate one policy on a scenario (the embedded default when none is given)."""
     with user_errors():
+        num_draws = interval_draws_of(interval, interval_draws)
         check_out_dir(out)
         scn = setup.build(policy=policy, seed=seed)
         config = scn.sim_config()
@@ -138,7 +151,7 @@ def simulate_cmd(
         if interval is None:
             result = run_one(scn, None, f"simulate {scn.spec.policy}", workload)
         else:
-            result = run_with_intervals(scn, interval, interval_draws)
+            result = run_with_intervals(scn, interval, num_draws)
         defaults = defaults_said(setup)  # said once the trace has loaded
         written = result.write(out) if out is not None else []
     if as_json:

@@ -19,6 +19,7 @@ import typer
 
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
+from kvbudget.cli.usage_errors import OneLineGroup
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import detect_recording_format, read_recording
 from kvbudget.results.said import WIDTH, fill
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
 
 trace_app = typer.Typer(
+    cls=OneLineGroup,
     name="trace",
     help="Inspect, convert, generate and download workload traces.",
     no_args_is_help=True,
@@ -331,11 +333,14 @@ def synth_command(
         "--spec", help="TOML file with a [workload] table (default: the default what-if "
         "mix).")] = None,
     rate_rps: Annotated[float | None, typer.Option(
-        "--rate-rps", help="Override the arrival rate.")] = None,
+        "--rate-rps", help="Override the arrival rate, requests a second (default: the spec's; "
+        "the default mix's 5.5).")] = None,
     duration_s: Annotated[float | None, typer.Option(
-        "--duration-s", help="Override the duration (drops num_requests).")] = None,
+        "--duration-s", help="Override the duration, seconds (drops num_requests; default: the "
+        "spec's; the default mix's 300).")] = None,
     num_requests: Annotated[int | None, typer.Option(
-        "--num-requests", help="Override the request count (drops duration_s).")] = None,
+        "--num-requests", help="Override the request count (drops duration_s; default: the "
+        "spec's duration or count).")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of every draw.")] = 0,
 ) -> None:
     """Generate a synthetic workload (from --spec, or the default mix) and write it."""

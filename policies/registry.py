@@ -79,10 +79,16 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> BasePolic
     return cls(**params)
 
 
+def unknown_policy(name: str) -> str:
+    """``unknown policy 'overcomit' (did you mean overcommit?); known policies: ...``: what
+    every refusal of a policy name says."""
+    close = difflib.get_close_matches(name, list(POLICIES), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown policy {name!r}{hint}; known policies: {', '.join(POLICIES)}"
+
+
 def _lookup(name: str) -> type[BasePolicy]:
     try:
         return POLICIES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}"
-        ) from None
+        raise ValueError(unknown_policy(name)) from None

@@ -361,6 +361,20 @@ def _open_said(run_dir: Path) -> str | None:
             "own with --resume")
 
 
+def _holds_runs_said(folder: Path) -> str:
+    """``", but it holds 4 run directories: ...; give one ..."`` for a folder of run
+    directories (``compare --out``'s, one a policy; ``serve``'s, one per ``--rotate-requests``
+    requests), else ``""``."""
+    runs = sorted(c.name for c in folder.iterdir() if c.is_dir() and (
+        c / REQUESTS_FILE).is_file() and (c / SUMMARY_FILE).is_file())
+    if not runs:
+        return ""
+    listed = ", ".join(runs[:6]) + (f" and {len(runs) - 6} more" if len(runs) > 6 else "")
+    return (f", but it holds {counted(len(runs), 'run directory', 'run directories')}: "
+            f"{listed}; give one ({folder / runs[0]}), or all where several are taken "
+            f"({folder / '*'})")
+
+
 def read_run(run_dir: Path) -> RunResult:
     """Read a run directory written by :meth:`RunResult.write` (simulated or replayed).
 
@@ -379,7 +393,7 @@ def read_run(run_dir: Path) -> RunResult:
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"{run_dir}: " + (_open_said(run_dir) or (
-                f"not a run directory ({p.name} is missing)")))
+                f"not a run directory ({p.name} is missing)" + _holds_runs_said(run_dir))))
     req = _read_table(paths[0], pq)
     tl = _read_table(paths[1], pq)
     check_columns(req.column_names, RECORD_COLUMNS, f"{paths[0]}: records")

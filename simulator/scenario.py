@@ -63,6 +63,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import operator
 import re
 import textwrap
@@ -97,7 +98,12 @@ from kvbudget.perf.vllm_defaults import BLOCK_SIZE_MULTIPLE, V0_BLOCK_SIZES
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, TierConfig, make_policy
 from kvbudget.policies.clients import client_models
 from kvbudget.policies.gateway import FrontDoor
-from kvbudget.policies.registry import POLICIES, parameter_hint, policy_parameters
+from kvbudget.policies.registry import (
+    POLICIES,
+    parameter_hint,
+    policy_parameters,
+    unknown_policy,
+)
 from kvbudget.policies.tiers import MAX_LIMIT_TOKENS
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
 from kvbudget.simulator.disagg_config import disagg_from_tables
@@ -806,8 +812,8 @@ def _check_no_double(overrides: Sequence[str], trace: Path | None, trace_format:
 def _check_policy_params(policy: str, params: Mapping[str, Any]) -> None:
     """``policy_params`` are the scenario's policy's: a key it does not take is named as the
     field, with the key meant or the policies that take it and how to choose one."""
-    if policy not in POLICIES:  # make_policy names the policies
-        return
+    if policy not in POLICIES:
+        raise ValueError(f"policy: {unknown_policy(policy)}")
     known = policy_parameters(policy)
     for key in sorted(params):
         if key not in known:
@@ -1028,6 +1034,35 @@ ENGINE_FLAG_KEYS: tuple[str, ...] = (
 engine flags; any other key goes through ``overrides``)."""
 
 
+def synthetic_rate_hint(workload: Any, rate_scale: Any) -> str:
+    """What to give instead of a trace's rate scale for a synthetic workload (``[workload]``
+    as its table holds it): ``"; a synthetic workload's rate is its arrival's: --set
+    workload.arrival.rate_rps=11 is 2x this scenario's 5.5 req/s"`` (the arrival's rate times the
+    scale where both are numbers, else ``R``)."""
+    arrival = workload.get("arrival") if isinstance(workload, Mapping) else None
+    rate = arrival.get("rate_rps") if isinstance(arrival, Mapping) else None
+    try:
+        scale = float(rate_scale)
+    except (TypeError, ValueError):
+        scale = math.nan
+    said = "; a synthetic workload's rate is its arrival's: --set workload.arrival.rate_rps="
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and scale > 0:
+        return f"{said}{rate * scale:g} is {scale:g}x this scenario's {rate:g} req/s"
+    return f"{said}R (requests a second)"
+
+
+def _add_trace_options(workload: Any, trace_options: Mapping[str, Any]) -> None:
+    """The trace options into a trace workload's ``[workload.options]`` table; refused for any
+    other workload (for a synthetic one's rate scale, naming its rate field instead)."""
+    if not isinstance(workload, dict) or workload.get("kind") != "trace":
+        names = ", ".join(sorted(trace_options))
+        raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
+                         "scenario whose [workload] has kind = \"trace\""
+                         + (synthetic_rate_hint(workload, trace_options["rate_scale"])
+                            if "rate_scale" in trace_options else ""))
+    workload["options"] = {**workload.get("options", {}), **trace_options}
+
+
 def make_scenario(
     scenario: Path | None = None,
     overrides: Sequence[str] = (),
@@ -1096,12 +1131,7 @@ def make_scenario(
         if trace_format is not None:
             data["workload"]["format"] = trace_format
     if trace_options:
-        workload = data.get("workload")
-        if not isinstance(workload, dict) or workload.get("kind") != "trace":
-            names = ", ".join(sorted(trace_options))
-            raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
-                             "scenario whose [workload] has kind = \"trace\"")
-        workload["options"] = {**workload.get("options", {}), **trace_options}
+        _add_trace_options(data.get("workload"), trace_options)
     try:
         return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,
                                   say_fitted=say_fitted, block_size_ran=block_size_ran)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvbudget.policies import POLICIES
+from kvbudget.policies.registry import unknown_policy
 from kvbudget.results.said import setting_lines
 from kvbudget.simulator.run import simulate
 from kvbudget.studies.executors import LocalExecutor
@@ -192,7 +193,7 @@ def compare(
         raise ValueError("compare: give at least one policy")
     for name in names:
         if name not in POLICIES:
-            raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(POLICIES)}")
+            raise ValueError(unknown_policy(name))
     check_study_args(replications, confidence)
     if replications == 1 and root_seed is not None:  # it seeds replications: none here
         raise ValueError(f"root_seed={root_seed!r} seeds the replications; one replication runs "

@@ -38,10 +38,11 @@ A recorded trace::
 from __future__ import annotations
 
 import csv
+import difflib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -715,6 +716,61 @@ def _split_field(name: str) -> list[int | str]:
     return out
 
 
+def _spec_models(hint: Any) -> list[type[_Model]]:
+    """The spec models a field's annotation holds (through unions, ``| None``, ``list[...]``
+    and ``Annotated``)."""
+    if isinstance(hint, type) and issubclass(hint, _Model):
+        return [hint]
+    return [m for arg in get_args(hint) for m in _spec_models(arg)]
+
+
+def _of_kind(models: list[type[_Model]], node: Any) -> list[type[_Model]]:
+    """Of a tagged union's models, those of the ``kind`` the table gives (all without one)."""
+    if not isinstance(node, Mapping) or not isinstance(node.get("kind"), str):
+        return models
+    tagged = [m for m in models if "kind" in m.model_fields
+              and m.model_fields["kind"].default == node["kind"]]
+    return tagged or models
+
+
+def _closest_field(data: Any, prefix: str, parts: list[int | str]) -> str:
+    """``" (did you mean workload.arrival.rate_rps?)"`` for an unknown key (the last of
+    ``parts``) of a workload table: the table's known field closest to it, else a field of
+    one of its tables that has that name (``rate_rps`` given at the top: it is the
+    arrival's); ``""`` where none is."""
+    models = _of_kind(_spec_models(WorkloadSpec), data)
+    node = data
+    for part in parts[:-1]:
+        if isinstance(part, str):
+            models = [m for model in models if part in model.model_fields
+                      for m in _spec_models(model.model_fields[part].annotation)]
+            node = node.get(part) if isinstance(node, Mapping) else None
+        else:
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        models = _of_kind(models, node)
+    unknown = parts[-1]
+    if not isinstance(unknown, str):
+        return ""
+    names = list(dict.fromkeys(n for m in models for n in m.model_fields))
+    inner: dict[str, list[str]] = {}  # a table field's own fields (not a list's: needs an index)
+    for name in names:
+        hints = [m.model_fields[name].annotation for m in models if name in m.model_fields]
+        if not any(get_origin(h) is list for h in hints):
+            sub = node.get(name) if isinstance(node, Mapping) else None  # its kind, if given
+            inner[name] = list(dict.fromkeys(
+                n for h in hints for m in _of_kind(_spec_models(h), sub) for n in m.model_fields))
+    guesses = [[*parts[:-1], t, unknown] for t, fields in inner.items() if unknown in fields]
+    if not guesses:
+        guesses = [[*parts[:-1], n]
+                   for n in difflib.get_close_matches(unknown, names, n=1, cutoff=0.6)]
+    if not guesses:
+        guesses = [[*parts[:-1], t, n] for t, fields in inner.items()
+                   for n in difflib.get_close_matches(unknown, fields, n=1, cutoff=0.6)]
+    if not guesses:
+        return ""
+    return f" (did you mean {' or '.join(_join(prefix, g) for g in guesses[:3])}?)"
+
+
 def format_validation_error(exc: ValidationError, data: Any, prefix: str = "workload") -> str:
     """One line naming the first invalid field, e.g.
     ``workload.tiers[1].share must be > 0, got -1`` (and how many more errors there are)."""
@@ -724,6 +780,8 @@ def format_validation_error(exc: ValidationError, data: Any, prefix: str = "work
     parts = _path(prefix, tuple(first["loc"]), data) + extra
     where = _join(prefix, parts)
     text = f"{where} {problem}"
+    if first["type"] == "extra_forbidden":
+        text += _closest_field(data, prefix, parts)
     if with_input:
         text += f", got {show(first.get('input'))}"
     if first["type"] == "union_tag_invalid":

@@ -832,10 +832,10 @@ def test_simulate_counts_a_request_that_waited_and_expired_until_its_deadline(
 
 def test_compare_says_the_load_of_each_policys_run(tmp_path: Path) -> None:
     """``compare`` printed no ``load:`` line where ``simulate`` did: a comparison of policies at
-    a load past what the deployment sustains did not say so. Each policy's run has its own
+    a load past what the deployment sustains did not say so. Each policy's run has its figures
     (its backlog follows its refusals): on a cache that holds one request at a time, unlimited
     admits every request and its backlog grows; conservative keeps its backlog level by letting
-    requests expire, as ``simulate`` says of it."""
+    requests expire, as ``simulate`` says of it, its figures the same as simulate's."""
     slow = tmp_path / "slow.csv"
     slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
         f"{i * 0.5},500,500,500\n" for i in range(121)))
@@ -843,43 +843,79 @@ def test_compare_says_the_load_of_each_policys_run(tmp_path: Path) -> None:
                                "--policies", "unlimited,conservative")
     assert code == 0, stderr
     said = " ".join(stdout.split())
-    load = said[said.index("load under policy unlimited: "):]
-    unlimited, conservative = load.split("load under policy conservative: ")
-    assert unlimited.startswith("load under policy unlimited: 2 req/s offered")
-    assert "the backlog grew" in unlimited and "shed (" not in unlimited
-    assert "21 at the window's midpoint, 21 at the last arrival" in conservative
-    assert "99 of 121 (82%) shed" in conservative
-    assert "stayed level by turning requests away" in conservative
+    load = said[said.index("load: "):]
+    assert load.startswith("load: 2 req/s offered to each policy")
+    assert "unlimited 52 and 102; conservative 21 and 21, 99 of 121 (82%) shed:" in load, load
+    assert ("the backlog grew under unlimited: requests arrived faster than they finished, so "
+            "this load is past what the simulated deployment sustains under it; the backlog "
+            "stayed level under conservative by turning requests away") in load, load
     code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
     assert code == 0, stderr
     alone = " ".join(simulated.split())
-    line = conservative.split(" (how far each policy")[0]  # compare's advice said once after
-    assert alone[alone.index("load: ") + len("load: "):].startswith(line.strip())
+    assert ("21 at the window's midpoint, 21 at the last arrival, the last finish 11.4 s after "
+            "it; 99 of 121 (82%) shed (refused as overloaded, expired or dropped): the backlog "
+            "stayed level by turning requests away") in alone, alone
 
 
-def test_compare_says_the_capacity_advice_once_after_its_load_lines(tmp_path: Path) -> None:
-    """Each of compare's ``load under policy NAME:`` lines ended with simulate's "(how far from
-    its capacity: kvbudget capacity ...)": four times with the default four policies. It is
-    said once, after the lines; each line keeps its policy's facts and verdict."""
-    slow = tmp_path / "slow.csv"
-    slow.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens\n" + "".join(
-        f"{i * 0.5},500,500,500\n" for i in range(121)))
-    code, stdout, stderr = run("compare", "--trace", str(slow), "--num-gpu-blocks", "70")
+def test_compare_says_the_load_once_for_every_policy(tmp_path: Path) -> None:
+    """``make demo`` ended with four ``load under policy NAME:`` lines of four to five lines
+    each, each saying the same offered rate, window and verdict again (19 lines). The ending
+    is one line: the rate once, each policy's backlogs (checked here against its records:
+    arrived and not finished at the arrival window's midpoint and at its last arrival), the
+    verdict once where the policies share it, the capacity advice once; the drains, which
+    the old lines repeated, are the table's ``drain s``. Where one tier's backlog alone grew,
+    the line says so: the conclusion's "interactive SLO met" beside "past what the deployment
+    sustains" read as a contradiction."""
+    out = tmp_path / "runs"
+    code, stdout, stderr = run("compare", "--out", str(out))
     assert code == 0, stderr
     said = " ".join(stdout.split())
-    load = said[said.index("load under policy unlimited: "):]
-    assert load.count("kvbudget capacity") == 1 and load.count("load under policy ") == 4
+    load = said[said.index("load: "):]
+    assert "load under policy" not in said and load.count("req/s offered") == 1
+    assert load.startswith("load: 5.4 req/s offered to each policy (over the arrival window, "
+                           "first to last arrival)"), load
+    for name in ("unlimited", "conservative", "overcommit", "preemptive"):
+        records = pq.read_table(out / name / "requests.parquet").to_pandas()
+        assert set(records["status"]) == {"completed"}
+        arrival, finished = records["arrival_s"], records["finished_s"]
+        mid, last = (arrival.min() + arrival.max()) / 2, arrival.max()
+        at_mid = int(((arrival <= mid) & (finished > mid)).sum())
+        at_end = int(((arrival <= last) & (finished > last)).sum())
+        assert f"{name} {at_mid:,} and {at_end:,}" in load, (name, at_mid, at_end, load)
+        drain = json.loads((out / name / "summary.json").read_text())["drain_s"]
+        assert any(line.split()[::len(line.split()) - 1] == [name, f"{drain:.1f}"]
+                   for line in stdout.splitlines() if line.strip()), (name, drain)  # drain s
+    assert load.count("the backlog grew") == 1 and load.count("kvbudget capacity") == 1
+    assert ("the backlog grew under every policy: requests arrived faster than they finished, so "
+            "this load is past what the simulated deployment sustains under each") in load, load
     assert load.endswith("(how far each policy is from its capacity: kvbudget capacity, with the "
                          "same options, --policies among them, and --out DIR, finds the largest "
                          "rate at which each meets the SLO)"), load
+    assert len(stdout[stdout.index("load: "):].splitlines()) <= 8, stdout
+    # the table's conclusion says the interactive SLO was met under three of the policies
+    # that the verdict says are past what the deployment sustains: the line says which tier's
+    # backlog grew (counted by hand, per tier, at the same two instants)
+    grew_alone = []
     for name in ("unlimited", "conservative", "overcommit", "preemptive"):
-        line = load.split(f"load under policy {name}: ")[1].split("load under policy ")[0]
-        line = line.split(" (how far each policy")[0]  # the last policy's: the advice follows
-        assert line.startswith("2 req/s offered") and "at the last arrival" in line, line
-        assert "under this policy" in line and "from its capacity" not in line, line
-    code, simulated, stderr = run("simulate", "--trace", str(slow), "--num-gpu-blocks", "70")
-    assert code == 0, stderr  # simulate's one line keeps its advice
-    assert "(how far from its capacity: kvbudget capacity" in " ".join(simulated.split())
+        records = pq.read_table(out / name / "requests.parquet").to_pandas()
+        arrival, finished = records["arrival_s"], records["finished_s"]
+        mid, last = (arrival.min() + arrival.max()) / 2, arrival.max()
+        moved = {}
+        for tier in ("interactive", "batch"):
+            mine = records["tier"] == tier
+            at_mid = int((mine & (arrival <= mid) & (finished > mid)).sum())
+            at_end = int((mine & (arrival <= last) & (finished > last)).sum())
+            moved[tier] = at_end - at_mid > 3 * at_mid ** 0.5
+        assert moved["batch"], (name, moved)
+        if not moved["interactive"]:
+            grew_alone.append(name)
+    assert grew_alone == ["conservative", "overcommit", "preemptive"], grew_alone
+    assert ("under conservative, overcommit and preemptive, only the batch tier's backlog grew "
+            "(the interactive tier's stayed level)") in load, load
+    code, simulated, stderr = run("simulate", "--policy", "unlimited")
+    assert code == 0, stderr  # simulate's one line keeps its drain and its advice
+    alone = " ".join(simulated.split())
+    assert "the last finish" in alone and "(how far from its capacity: kvbudget capacity" in alone
 
 
 def test_simulate_says_the_requests_dropped_after_a_revoke(tmp_path: Path) -> None:

@@ -502,3 +502,93 @@ def test_trace_seed_refuses_a_negative_seed_by_name(tmp_path: Path, command: str
     code, _, stderr = run("trace", command, trace, *out, "--seed", "-1")
     assert code == 2 and stderr.startswith(
         "error: Invalid value for '--seed': -1 is not in the range x>=0"), stderr
+
+
+def test_rate_scale_on_a_synthetic_workload_says_the_rate_field_to_set(tmp_path: Path) -> None:
+    """``kvbudget simulate --rate-scale 2`` (twice the load, as a newcomer tries it on the
+    default scenario) said only "--rate-scale: trace options need --trace FILE": the default
+    scenario's synthetic workload takes its rate elsewhere, and nothing said where. The
+    refusal now names the field and the value that is twice its rate; following it runs at
+    that rate. A synthetic scenario file's refusal does the same with its own rate."""
+    code, _, stderr = run("simulate", "--rate-scale", "2")
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("error: --rate-scale: trace options need --trace FILE"), stderr
+    assert ("--set workload.arrival.rate_rps=11 is 2x this scenario's 5.5 req/s"
+            in stderr), stderr
+    code, stdout, stderr = run("simulate", "--set", "workload.arrival.rate_rps=11", "--set",
+                               "workload.duration_s=60", "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    offered = (summary["overall"]["offered"] - 1) / summary["offered_window_s"]
+    assert 9.5 < offered < 12.5, offered  # a Poisson draw of 11 req/s over a minute
+    scenario = tmp_path / "syn.toml"
+    scenario.write_text(
+        'name = "syn"\n[workload]\nkind = "synthetic"\nduration_s = 20\n'
+        'arrival = { kind = "gamma", rate_rps = 2, cv = 2 }\n'
+        '[[workload.tiers]]\nname = "interactive"\nshare = 1\n'
+        'prompt = { kind = "fixed", tokens = 100 }\noutput = { kind = "fixed", tokens = 50 }\n')
+    code, _, stderr = run("simulate", "--scenario", scenario, "--rate-scale", "3")
+    assert code == 2 and "--set workload.arrival.rate_rps=6 is 3x this scenario's 2 req/s" \
+        in stderr, stderr
+    code, _, stderr = run("simulate", "--window", "0:5")  # no rate given: no rate said
+    assert code == 2 and stderr == "error: --window: trace options need --trace FILE\n", stderr
+
+
+KNOWN = ("known policies: unlimited, conservative, overcommit, preemptive, quantile, adaptive, "
+         "peak, early_reject")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["simulate", "--policy", "overcomit"], "--policy: "),
+    (["simulate", "--set", "policy=overcomit"], "policy: "),
+    (["simulate", "--scenario", "{typo}"], "{typo}: policy: "),
+    (["compare", "--policies", "unlimited,overcomit"], "--policies: "),
+    (["tune", "--out", "{out}", "--param", "policy_params.overcommit_ratio=0.1:1", "--policy",
+      "overcomit"], "--policy: "),
+    (["replay", "--url", "http://127.0.0.1:9", "--trace", "{trace}", "--out", "{out}",
+      "--policy", "overcomit"], "--policy: "),
+    (["serve", "--upstream", "http://127.0.0.1:9", "--policy", "overcomit"], "--policy: "),
+    (["serve", "--upstream", "http://127.0.0.1:9", "--scenario", "{ok}", "--policy",
+      "overcomit"], "--policy: "),
+])
+def test_a_misspelt_policy_is_named_with_its_flag_and_the_one_meant(
+        tmp_path: Path, args: list[str], said: str) -> None:
+    """``simulate --policy overcomit`` said "unknown policy 'overcomit'; known policies: ..."
+    (no flag, no suggestion, where --gpu and --model say both), ``tune --policy`` named
+    --policies, ``replay --policy`` no flag, and ``serve --scenario F --policy overcomit``
+    asked the upstream for its KV capacity before refusing the name. Each now says one line
+    naming where the name was given and the policy meant, before anything runs."""
+    paths = {"typo": tmp_path / "typo.toml", "ok": tmp_path / "ok.toml",
+             "trace": tmp_path / "t.csv", "out": tmp_path / "out"}
+    paths["typo"].write_text('name = "x"\npolicy = "overcomit"\n')
+    paths["ok"].write_text('name = "x"\npolicy = "conservative"\n')
+    paths["trace"].write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,10,5\n")
+    fill = {k: str(v) for k, v in paths.items()}
+    code, stdout, stderr = run(*[a.format(**fill) for a in args])
+    assert code == 2, (stdout, stderr)
+    assert stderr == (f"error: {said.format(**fill)}unknown policy 'overcomit' (did you mean "
+                      f"overcommit?); {KNOWN}\n"), stderr
+
+
+def test_a_folder_of_runs_names_the_run_directories_in_it(tmp_path: Path) -> None:
+    """``kvbudget compare --out runs/cmp`` writes one run directory per policy; ``kvbudget
+    report runs/cmp`` (the folder the user named) said only "not a run directory
+    (requests.parquet is missing)". It now names the run directories it holds and how to give
+    them; following it writes the report."""
+    out = tmp_path / "cmp"
+    code, _, stderr = run("compare", "--set", "workload.duration_s=10", "--policies",
+                          "unlimited,conservative", "--out", out)
+    assert code == 0, stderr
+    code, _, stderr = run("report", out, "--out", tmp_path / "rep")
+    assert code == 2, stderr
+    assert stderr == (f"error: {out}: not a run directory (requests.parquet is missing), but it "
+                      "holds 2 run directories: conservative, unlimited; give one "
+                      f"({out / 'conservative'}), or all where several are taken "
+                      f"({out / '*'})\n"), stderr
+    code, _, stderr = run("report", out / "conservative", out / "unlimited", "--out",
+                          tmp_path / "rep")
+    assert code == 0 and (tmp_path / "rep" / "report.html").is_file(), stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, stderr = run("report", empty)  # a folder of no runs: no more said than before
+    assert stderr == f"error: {empty}: not a run directory (requests.parquet is missing)\n"

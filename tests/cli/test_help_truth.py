@@ -3,6 +3,7 @@ text names is one the command has, and each default it states is the one the com
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,3 +210,69 @@ def test_an_option_said_to_be_for_records_is_refused_with_url(
     for option in ("-tp", "--kv-cache-dtype"):  # calibrate --url writes them in its file
         assert "recorded in the cost file with --gpu" in _help("calibrate", option)
         assert _help("validate", option).startswith("With --records:")  # refused with --url
+
+
+def test_compare_refuses_the_replicated_tables_options_with_one_replication() -> None:
+    """``compare --metric tiers.interactive.ttft_s.p99`` (or ``--confidence 0.9``) without
+    ``-r`` printed the full one-run tables and exited 0: the option, which shapes the
+    replicated table ("A metric of the replicated table", "Level of the intervals"), was
+    dropped unsaid. One replication refuses it, saying what to give; with ``-r 2`` the table
+    holds the metric asked for, at the level asked for."""
+    short = ["--set", "workload.duration_s=20", "--policies", "unlimited,conservative"]
+    for flags in (["--metric", "tiers.interactive.ttft_s.p99"], ["--confidence", "0.9"]):
+        code, stdout, stderr = run("compare", *short, *flags)
+        assert code == 2 and not stdout and stderr.count("\n") == 1, (flags, stdout, stderr)
+        assert stderr.startswith(f"error: {flags[0]}: applies only to the replicated table "
+                                 "(--replications N, N > 1"), stderr
+    code, stdout, stderr = run("compare", *short, "--metric", "tiers.interactive.ttft_s.p99",
+                               "--confidence", "0.9", "-r", "2", "-j", "1", "--json")
+    assert code == 0, stderr
+    rows = json.loads(stdout)
+    assert {r["metric"] for r in rows} == {"interactive_ttft_p99_s"}, rows
+    assert ("Level of the intervals (with -r above 1)." in _help("compare", "--confidence"))
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_interval_draws_without_an_interval_is_refused(command: str) -> None:
+    """``simulate --interval-draws 10`` (and ``compare``'s) without ``--interval`` ran the one
+    run and exited 0, the count dropped unsaid, where ``capacity``, ``sweep`` and ``plan``
+    refuse it. It is refused alike; with ``--interval`` it is the runs' count, 40 by default
+    as the help says."""
+    code, stdout, stderr = run(command, "--interval-draws", "10")
+    assert code == 2 and not stdout, (stdout, stderr)
+    assert stderr == "error: --interval-draws: applies with --interval only\n", stderr
+    assert "(each one simulation; default 40)" in _help(command, "--interval-draws")
+    code, stdout, stderr = run(command, "--set", "workload.duration_s=10", "--interval", "0.9",
+                               "--interval-draws", "2", "--policies" if command == "compare"
+                               else "--policy", "unlimited", "--json")
+    assert code == 0, stderr
+    said = json.loads(stdout)
+    said = said[0] if command == "compare" else said
+    assert said["intervals"]["num_draws"] == 2, said["intervals"]
+
+
+def test_the_last_helps_without_a_default_say_it_and_runs_take_it(tmp_path: Path) -> None:
+    """``--kv-cache-dtype`` was the one engine knob whose help gave no default, and ``trace
+    synth --rate-rps`` / ``--duration-s`` said "Override the arrival rate" / "the duration"
+    with neither the unit nor the value left in force. Each help says them; a run without the
+    flag takes them (the default mix's 5.5 req/s over 300 s; a 16-bit KV cache)."""
+    from kvbudget.simulator.engine_config import EngineConfig
+    from kvbudget.workloads.spec import DEFAULT_RATE_RPS, default_workload_spec
+
+    assert "(default: the scenario's, else auto, vLLM's)" in _help("simulate", "--kv-cache-dtype")
+    assert EngineConfig().kv_cache_dtype == "auto"
+    assert "requests a second (default: the spec's; the default mix's 5.5)" in _help(
+        "trace synth", "--rate-rps")
+    assert "seconds (drops num_requests; default: the spec's; the default mix's 300)" in _help(
+        "trace synth", "--duration-s")
+    assert DEFAULT_RATE_RPS == 5.5 and default_workload_spec().duration_s == 300.0
+    code, _, stderr = run("trace", "synth", "--out", tmp_path / "w.csv")
+    assert code == 0, stderr
+    import pandas as pd
+
+    arrivals = pd.read_csv(tmp_path / "w.csv")["arrival_s"]
+    span = arrivals.max() - arrivals.min()
+    assert 290 < span <= 300 and 5.0 < (len(arrivals) - 1) / span < 6.0, (span, len(arrivals))
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["engine_knobs"]["kv_cache_dtype"] == "auto"

@@ -187,6 +187,12 @@ def test_sweep_and_capacity_say_which_policy_they_run_by_default(tmp_path: Path)
     (("tune", "--out", "x"), "error: Missing option '--param' (see kvbudget tune --help)"),
     (("trace", "stats", "--bogus", "f.csv"),
      "error: No such option: --bogus (see kvbudget trace stats --help)"),
+    # a flag given no value: click raises it without its command (click/parser.py), and the
+    # line sent the user to "kvbudget --help", which lists no flag of the command
+    (("simulate", "--trace"),
+     "error: Option '--trace' requires an argument (see kvbudget simulate --help)"),
+    (("trace", "convert", "f.csv", "--out"),
+     "error: Option '--out' requires an argument (see kvbudget trace convert --help)"),
 ])
 def test_a_mistyped_flag_or_command_is_one_line(args: tuple[str, ...], said: str) -> None:
     """The README says bad input exits 2 with one line naming the field; a mistyped flag, an

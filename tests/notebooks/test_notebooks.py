@@ -126,6 +126,20 @@ def test_the_tail_latency_notebook_says_its_load_and_what_its_p99_is() -> None:
     assert "abs(p99[label][\"interactive\"] - deadline) < 0.5" in code
 
 
+def test_the_tail_latency_notebook_checks_that_a_retried_requests_ttft_is_from_its_first_try(
+) -> None:
+    """Notebook 01's retry section says "TTFT counts from the first attempt, as the user saw
+    it" and no cell checked it (a request completed on its eighth attempt could as well have
+    been timed from its last): the cell now asserts, on the batch-pipeline run, that each
+    request completed after a retry has its first attempt's sending as its arrival and its
+    TTFT from there."""
+    text, code = prose_and_code("01_tail_latency.ipynb")
+    assert "TTFT counts from the first attempt, as the user saw it" in text
+    assert 'np.allclose(retried["arrival_s"], first_sent.loc[retried.index])' in code
+    assert 'np.allclose(retried["ttft_s"], retried["first_token_s"] - retried["arrival_s"])' \
+        in code
+
+
 def test_the_kv_timeline_notebook_says_what_its_cell_checks_of_the_reserved_line() -> None:
     """Notebook 02 said the conservative run's reserved line "sits at the capacity" (it
     averages 90 % of it) with no cell checking it: the text gives the bound a cell asserts."""

@@ -3,6 +3,7 @@ format (CSV, JSONL, Parquet). Each reads only the columns it needs, by name."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -494,6 +495,8 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
         present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
         _check_mapped(path, options, present, names)
         _refuse_unmapped_arrival(path, [str(k) for k in first], present, options)
+        if isinstance(first, dict):  # a line that is no object: the reader says so
+            _refuse_missing(path, [str(k) for k in first], present, names, "first line")
         for canon in GENERIC_REQUIRED:
             present.add(canon)
         jkinds: dict[str, JsonKind] = {}
@@ -515,6 +518,7 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
     present = {c for c in CANONICAL_COLUMNS if names[c] in header}
     _check_mapped(path, options, present, names)
     _refuse_unmapped_arrival(path, header, present, options)
+    _refuse_missing(path, header, present, names)
     present.update(GENERIC_REQUIRED)
     ckinds: dict[str, Kind] = {}
     for canon in (c for c in CANONICAL_COLUMNS if c in present):  # not the set's order, which
@@ -566,6 +570,28 @@ def _refuse_unmapped_arrival(path: Path, columns: list[str], present: set[str],
                          "us or ns if it is not in seconds; in a scenario, [workload.options] "
                          "columns and arrival_unit), or give an arrival process to draw "
                          "arrivals in place of its times (--arrival)", field="arrival_s")
+
+
+def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Mapping[str, str],
+                    what: str = "header") -> None:
+    """A generic file without a column the format needs (``prompt_tokens``,
+    ``output_tokens``) is refused naming it and the file's columns, and how to map the one
+    that holds it: the column the common tools' name or a close spelling suggests
+    (``input_tokens``, ``prompt_tokns``), else ``COLUMN``. ``what``: where the columns were
+    read (a CSV's header, a JSON line's keys, a Parquet file's schema)."""
+    for canon in GENERIC_REQUIRED:  # in order: the first missing is the one named
+        if canon in present:
+            continue
+        shown = ", ".join(columns) or "nothing"
+        if len(shown) > 120:
+            shown = shown[:117] + "..."
+        likely = [c for c in columns if _LIKELY.get(c) == canon]
+        guess = (likely or difflib.get_close_matches(canon, columns, n=1, cutoff=0.6)
+                 or ["COLUMN"])[0]
+        raise TraceError(path, f"missing column {names[canon]!r} needed by the generic format "
+                         f"(the {what} has: {shown}): if a column holds it, map it (--column "
+                         f"{canon}={guess}; in a scenario, [workload.options] columns)",
+                         line=1 if what == "header" else None, field=names[canon])
 
 
 def _note_unread(raw: RawTrace, columns: list[str], names: dict[str, str],
@@ -625,11 +651,7 @@ def _load_generic_parquet(path: Path, options: TraceOptions, names: dict[str, st
     present = {c for c in CANONICAL_COLUMNS if names[c] in columns}
     _check_mapped(path, options, present, names)
     _refuse_unmapped_arrival(path, list(schema.names), present, options)
-    for canon in GENERIC_REQUIRED:
-        if canon not in present:
-            raise TraceError(path, f"missing column {names[canon]!r} needed by the generic "
-                             f"format (the file has: {', '.join(schema.names)})",
-                             field=names[canon])
+    _refuse_missing(path, list(schema.names), present, names, "file")
     wanted = [names[c] for c in present]
     if options.tier_column is not None:
         if options.tier_column not in columns:

@@ -6,7 +6,14 @@ import math
 
 import numpy as np
 
-from kvbudget.analysis.backlog import Backlog, backlog, load_said, with_deadlines
+from kvbudget.analysis.backlog import (
+    Backlog,
+    backlog,
+    load_said,
+    loads_said,
+    tiers_grown,
+    with_deadlines,
+)
 
 
 def columns(arrival: list[float], finished: list[float], status: list[str] | None = None
@@ -182,3 +189,59 @@ def test_requests_dropped_after_a_revoke_are_said_where_the_records_cannot_place
         "that many higher)" in said, said
     kept = columns(arrival, [a + 2.5 for a in arrival])
     assert "taken back" not in load_said(kept, summary(kept, 2.5))
+
+
+def test_compares_load_line_says_the_workload_once_and_each_runs_backlogs() -> None:
+    """``compare``'s ``load:`` line (:func:`loads_said`): the rate and the window's halves
+    once (the policies ran one workload), each run's backlogs, a verdict shared by the runs
+    that reach it, the advice once; runs of different workloads keep a line each."""
+    arrival = [float(k) for k in range(100)] + [100.0 + k / 3 for k in range(301)]
+    kept = columns(arrival, [a + 5.0 for a in arrival])  # the rising rate's settling queue
+    quick = columns(arrival, [a + 0.1 for a in arrival])
+    runs = [("a", kept, summary(kept, 5.0)), ("b", quick, summary(quick, 0.1)),
+            ("c", kept, summary(kept, 5.0))]
+    said = loads_said(runs).replace("\n  ", " ")
+    assert said.count("req/s offered") == 1 and said.count("rose over the window") == 1
+    assert ": a 5 and 15; b 1 and 1; c 5 and 15: " in said, said
+    assert said.count("the backlog grew under ") == 1, said  # one verdict for a and c
+    assert "the backlog grew under a and c: requests arrived faster than they finished, so " \
+        "this load is past what the simulated deployment sustains under each; the backlog " \
+        "stayed level under b: the simulated deployment kept up with this load under it" in said
+    assert "none of these is a verdict on the higher rate alone (how far each policy" in said
+    other = columns([float(k) for k in range(101)], [k + 2.5 for k in range(101)])
+    said = loads_said([runs[0], ("d", other, summary(other, 2.5))]).replace("\n  ", " ")
+    assert said.count("req/s offered") == 2 and "load under policy d: 1 req/s" in said
+    assert said.count("kvbudget capacity") == 1
+    closed = {**summary(kept, 5.0), "closed_loop": {"num_users": 2}}
+    assert loads_said([("a", kept, closed)]) == ""
+
+
+def test_a_backlog_that_grew_in_one_tier_alone_says_so() -> None:
+    """A gateway that serves its interactive tier ahead keeps that tier's backlog level while
+    batch work piles up: "the backlog grew ... past what the simulated deployment sustains"
+    stood beside the table's "interactive SLO met", a contradiction to a reader. The line
+    says which tier's backlog grew."""
+    arrival = [float(k) for k in range(101)]
+    tier = ["interactive" if k % 2 else "batch" for k in range(101)]
+    # interactive served in 2.5 s; batch one every 2 s in order: its queue grows
+    finished, t = [], 0.0
+    for a, name in zip(arrival, tier, strict=True):
+        if name == "interactive":
+            finished.append(a + 2.5)
+        else:
+            t = max(t, a) + 4.0
+            finished.append(t)
+    cols = {**columns(arrival, finished), "tier": np.array(tier)}
+    assert tiers_grown(cols) == (("batch",), ("interactive",))
+    said = " ".join(load_said(cols, summary(cols, 100.0)).split())
+    assert ("the backlog grew: requests arrived faster than they finished, so this load is past "
+            "what the simulated deployment sustains under this policy; only the batch tier's "
+            "backlog grew (the interactive tier's stayed level)") in said, said
+    both = " ".join(loads_said([("a", cols, summary(cols, 100.0)),
+                                ("b", cols, summary(cols, 100.0))]).split())
+    assert "under every policy, only the batch tier's backlog grew (the interactive tier's " \
+        "stayed level)" in both, both
+    # both tiers grew alike, or one tier only: nothing more said
+    alike = {**columns(arrival, [2.0 * (k + 1) for k in range(101)]), "tier": np.array(tier)}
+    assert tiers_grown(alike) == ((), ()) and "tier's" not in load_said(alike, summary(alike, 1.0))
+    assert tiers_grown(columns(arrival, finished)) == ((), ())

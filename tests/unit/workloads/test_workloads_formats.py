@@ -755,6 +755,38 @@ def test_bad_last_line_with_newline_is_an_error(tmp_path: Path) -> None:
 # Errors: one line naming the file, the line and the field
 
 
+@pytest.mark.parametrize(("name", "text", "said"), [
+    # a misspelt column: the header's closest name
+    ("t.csv", "arrival_s,prompt_tokns,output_tokens\n0,1,1\n1,2,1\n",
+     "line 1: field 'prompt_tokens': missing column 'prompt_tokens' needed by the generic format "
+     "(the header has: arrival_s, prompt_tokns, output_tokens): if a column holds it, map it "
+     "(--column prompt_tokens=prompt_tokns; in a scenario, [workload.options] columns)"),
+    # the OpenAI API's name for it
+    ("t.csv", "arrival_s,prompt_tokens,completion_tokens\n0,1,1\n1,2,1\n",
+     "--column output_tokens=completion_tokens;"),
+    # nothing close: the form of the flag
+    ("t.csv", "arrival_s,tok_a,tok_b\n0,1,1\n1,2,1\n", "--column prompt_tokens=COLUMN;"),
+    ("t.jsonl", '{"arrival_s": 0, "input_tokens": 3, "output_tokens": 1}\n',
+     "(the first line has: arrival_s, input_tokens, output_tokens): if a column holds it, map it "
+     "(--column prompt_tokens=input_tokens;"),
+])
+def test_a_missing_generic_column_says_how_to_map_the_one_that_holds_it(
+        tmp_path: Path, name: str, text: str, said: str) -> None:
+    """A generic file whose prompt column was misspelt (``prompt_tokns``) or named as a tool
+    names it was refused "missing column 'prompt_tokens' ... (the header has: ...)": not what
+    to do, where a file without ``arrival_s`` is told ``--column arrival_s=...``. The refusal
+    now says it, with the column that likely holds the field; following it loads the file."""
+    path = write(tmp_path / name, text)
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert said in str(info.value), str(info.value)
+    flag = str(info.value).split("(--column ")[1].split(";")[0]
+    field, column = flag.split("=")
+    if column != "COLUMN":
+        loaded = load_trace(path, TraceOptions(columns={field: column}))
+        assert len(loaded.workload) >= 1
+
+
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [

@@ -96,7 +96,8 @@ def test_module_docstring_examples_parse(tmp_path: Path) -> None:
     (_synthetic(tiers=[_tier("a", 0.5), _tier("a", 0.5)]),
      "workload.tiers[1].name repeats an earlier tier, got 'a'"),
     ({**_synthetic(), "num_requests": None}, "workload.duration_s or num_requests is required"),
-    (_synthetic(rate=3), "workload.rate is not a known field"),
+    (_synthetic(rate=3), "workload.rate is not a known field (did you mean "
+     "workload.arrival.rate_rps?)"),
     (_synthetic(tiers=[_tier(max_output={"kind": "factor", "factor": 0.5})]),
      "workload.tiers[0].max_output.factor must be >= 1, got 0.5"),
     (_synthetic(tiers=[_tier(deadline={"kind": "uniform", "low_s": 5, "high_s": 1})]),
@@ -119,6 +120,33 @@ def test_errors_name_the_field(data: dict[str, Any], message: str) -> None:
     with pytest.raises(WorkloadSpecError) as info:
         parse_workload_spec(data)
     assert str(info.value).split(" (and ")[0] == message
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    # the synthetic workload's rate is its arrival's: `--set workload.rate_rps=8` said only
+    # "is not a known field"
+    (_synthetic(rate_rps=8), "workload.rate_rps is not a known field (did you mean "
+     "workload.arrival.rate_rps?)"),
+    (_synthetic(duration=60), "workload.duration is not a known field (did you mean "
+     "workload.duration_s?)"),
+    (_synthetic(arrival={"kind": "poisson", "rate_rps": 2, "rate": 2}),
+     "workload.arrival.rate is not a known field (did you mean workload.arrival.rate_rps?)"),
+    (_synthetic(tiers=[{**_tier(), "shar": 1}]), "workload.tiers[0].shar is not a known field "
+     "(did you mean workload.tiers[0].share?)"),
+    ({"kind": "trace", "path": "x.csv", "rate_scale": 2}, "workload.rate_scale is not a known "
+     "field (did you mean workload.options.rate_scale?)"),
+    ({"kind": "trace", "path": "x.csv", "options": {"windw": [0, 5]}}, "workload.options.windw "
+     "is not a known field (did you mean workload.options.window?)"),
+    # the arrival's kind given: only its fields (a Poisson process has no cv)
+    (_synthetic(cv=2), "workload.cv is not a known field"),
+    (_synthetic(arrival={"kind": "gamma", "rate_rps": 1, "cv": 2}, cv=2),
+     "workload.cv is not a known field (did you mean workload.arrival.cv?)"),
+    (_synthetic(colour=1), "workload.colour is not a known field"),
+])
+def test_an_unknown_field_names_the_one_meant(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(WorkloadSpecError) as info:
+        parse_workload_spec(data)
+    assert str(info.value) == message
 
 
 def test_error_prefix_is_configurable() -> None:
