@@ -17,7 +17,8 @@
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
-#                                                      # inference-perf-unstreamed;
+#                                                      # inference-perf-unstreamed,
+#                                                      # inference-perf-capped;
 #                                                      # evalscope; genai-bench;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
@@ -689,6 +690,57 @@ EOF
     cp "$WORK"/ip-mt/*.json "$WORK"/ip-mt/config.yaml "$dest/"
 }
 
+run_inference_perf_capped() {
+    # constant load at 16 req/s for 1 s of 32-token answers from one worker process with 2
+    # slots (load.num_workers 1, load.worker_max_concurrency 2): a worker takes a request from
+    # the queue only into a free slot, so at most 2 were in flight and the later requests went
+    # when one ended (loadgen/load_generator.py, Worker.loop); config.yaml is kept beside the
+    # reports (kvbudget reads the two settings from it); the per-request entries without the
+    # response and its chunks (report.request_lifecycle.per_request_fields), which kvbudget
+    # does not read, to keep the file small
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/worker_capped"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    cat >"$WORK/ip-cap.yaml" <<EOF
+load:
+  type: constant
+  num_workers: 1
+  worker_max_concurrency: 2
+  stages:
+  - rate: 16
+    duration: 1
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+    per_request_fields: {response: false, response_chunks: false}
+storage:
+  local_storage:
+    path: $WORK/ip-cap
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-cap.yaml")
+    cp "$WORK"/ip-cap/per_request_lifecycle_metrics.json "$WORK"/ip-cap/stage_0_lifecycle_metrics.json \
+        "$WORK"/ip-cap/config.yaml "$dest/"
+}
+
 run_inference_perf_options() {
     # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
     # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
@@ -894,6 +946,7 @@ TOOLS=("$@")
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix
                                     inference-perf inference-perf-options inference-perf-turns
+                                    inference-perf-capped
                                     inference-perf-unstreamed
                                     evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
@@ -920,6 +973,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-prefix) run_aiperf_prefix ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
+    inference-perf-capped) run_inference_perf_capped ;;
     inference-perf-turns) run_inference_perf_turns ;;
     inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;
