@@ -14,6 +14,7 @@
 #                                                      # vllm-datasets,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
+#                                                      # aiperf-warmup,
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
@@ -428,6 +429,22 @@ run_aiperf_rate_series() {
         --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
         --request-rate-series "$WORK/series.json" --artifact-dir "$WORK/a16"
     keep_aiperf a16 rate_series2to10
+}
+
+run_aiperf_warmup() {
+    # a warm-up phase at a load of its own: 4 warm-up requests from 1 user
+    # (--warmup-concurrency 1) before a profiling phase of 4 users; AIPerf starts profiling
+    # when the warm-up phase completed, and the summary keeps both phases
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --concurrency 4 --warmup-request-count 4 --warmup-concurrency 1 \
+        --artifact-dir "$WORK/a19"
+    keep_aiperf a19 concurrency4_warmup4c1
 }
 
 run_aiperf_prefix() {
@@ -944,7 +961,7 @@ TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
-                                    aiperf-rate-series aiperf-prefix
+                                    aiperf-rate-series aiperf-prefix aiperf-warmup
                                     inference-perf inference-perf-options inference-perf-turns
                                     inference-perf-capped
                                     inference-perf-unstreamed
@@ -971,6 +988,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-chat) run_aiperf_chat ;;
     aiperf-rate-series) run_aiperf_rate_series ;;
     aiperf-prefix) run_aiperf_prefix ;;
+    aiperf-warmup) run_aiperf_warmup ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-capped) run_inference_perf_capped ;;

@@ -710,9 +710,8 @@ def _aiperf_capped(tmp_path: Path, pattern: str, concurrency: int) -> Any:
         del r["metadata"]["credit_issued_ns"]
     (tmp_path / "capped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     summary = json.loads((AIPERF / "rate8_aiperf.json").read_text())
-    for phase in summary["input_config"]["phases"]:
-        if phase["kind"] == "profiling":
-            phase.update(concurrency=concurrency, type=pattern)
+    for phase in summary["input_config"]["phases"]:  # the warm-up at the same load, as AIPerf
+        phase.update(concurrency=concurrency, type=pattern)  # builds it given no load of its own
     (tmp_path / "capped_aiperf.json").write_text(json.dumps(summary))
     return read_recording(tmp_path / "capped.jsonl")
 
