@@ -56,7 +56,13 @@ from kvbudget.results.recorded_guidellm_turns import (
     workload_conversations,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
-from kvbudget.results.recorded_inference_perf_load import WorkerCap, due_ticks, worker_cap
+from kvbudget.results.recorded_inference_perf_load import (
+    WorkerCap,
+    due_ticks,
+    run_config,
+    trace_file,
+    worker_cap,
+)
 from kvbudget.results.recorded_inference_perf_prefix import (
     inference_perf_prefix,
     shared_prefix_settings,
@@ -270,7 +276,9 @@ def read_inference_perf(path: Path, default_tier: str,
         raise TraceError(path, "missing", row=i, field="info.input_tokens")
     start = np.array([r[2] for r in rows])
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
-    cap = worker_cap(path)
+    run = run_config(path)
+    _trace_replayed(trace_file(run), labels, stages, notes)
+    cap = worker_cap(run)
     capped = _worker_capped(cap, labels, stages, notes)
     sent = start - float(start.min())
     due = sent.copy()
@@ -466,6 +474,28 @@ def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage
     if rate is None:
         return RecordedStage(f"stage {k}", "unknown", None, None)
     return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)
+
+
+def _trace_replayed(trace: str | None, labels: list[str], stages: list[RecordedStage],
+                    notes: list[str]) -> None:
+    """The open stages of a ``trace_replay`` run (``trace``: its ``load.trace.file``), in
+    place: inference-perf 0.7.0 sends such a stage's requests at its trace's timestamps
+    (``loadgen/load_timer.py`` ``TraceReplayLoadTimer``, from the stage's start), not at the
+    stage's ``rate``, which its stage file still reports as ``requested_rate``: open loops at
+    their recorded sends, with no rate."""
+    if trace is None:
+        return
+    for k, stage in enumerate(stages):
+        if stage.load != "open":
+            continue
+        label = f"stage {k}: trace replay"
+        stages[k] = RecordedStage(label, "open", None, None)
+        labels[:] = [label if lab == stage.label else lab for lab in labels]
+        rate = "" if stage.request_rate is None else f" ({stage.request_rate:g} req/s)"
+        notes.append(f"{label}: load.type trace_replay (the run's config.yaml): inference-perf "
+                     f"sent its requests at the timestamps of its trace ({trace or 'load.trace'}"
+                     f"), not at the stage's rate{rate}, which its stage file reports as "
+                     "requested_rate: replayed at their recorded sends")
 
 
 def _worker_capped(cap: WorkerCap | None, labels: list[str], stages: list[RecordedStage],

@@ -86,18 +86,32 @@ def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def worker_cap(path: Path) -> WorkerCap | None:
-    """The workers' cap of the run whose ``config.yaml`` is beside ``path``, where its load type
-    runs at a rate (:data:`CAPPED_TYPES`) and both settings are whole numbers; None otherwise
-    (no such file: the cap, the CPU count of the machine that ran it times 100 by default, is
-    not known)."""
+def run_config(path: Path) -> Any:
+    """The run's ``config.yaml`` beside ``path`` (inference-perf writes it beside its reports,
+    ``generate_config_report``), or None where there is none or it is not YAML."""
     config_path = path.parent / "config.yaml"
     if not config_path.is_file():
         return None
     try:
-        config = yaml.safe_load(config_path.read_text(errors="replace"))
+        return yaml.safe_load(config_path.read_text(errors="replace"))
     except yaml.YAMLError:
         return None
+
+
+def trace_file(config: Any) -> str | None:
+    """The trace a ``trace_replay`` run sent its requests at (``load.trace.file``; ``""`` where
+    its config names none), or None for another load type."""
+    if dig(config, "load", "type") != "trace_replay":
+        return None
+    file = dig(config, "load", "trace", "file")
+    return file if isinstance(file, str) else ""
+
+
+def worker_cap(config: Any) -> WorkerCap | None:
+    """The workers' cap of the run of ``config`` (:func:`run_config`), where its load type
+    runs at a rate (:data:`CAPPED_TYPES`) and both settings are whole numbers; None otherwise
+    (no config beside the report: the cap, the CPU count of the machine that ran it times 100
+    by default, is not known)."""
     load_type = dig(config, "load", "type")
     workers = _whole(dig(config, "load", "num_workers"))
     per_worker = _whole(dig(config, "load", "worker_max_concurrency"))

@@ -19,7 +19,8 @@
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
 #                                                      # inference-perf-unstreamed,
-#                                                      # inference-perf-capped;
+#                                                      # inference-perf-capped,
+#                                                      # inference-perf-trace;
 #                                                      # evalscope; genai-bench;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
@@ -758,6 +759,62 @@ EOF
         "$WORK"/ip-cap/config.yaml "$dest/"
 }
 
+run_inference_perf_trace() {
+    # load.type trace_replay: 12 requests sent at the timestamps of an Azure-format trace
+    # written here (0 to 2.1 s), the stage's rate (12 req/s for 1 s: its request count) not
+    # their pace (loadgen/load_timer.py, TraceReplayLoadTimer); config.yaml is kept beside the
+    # reports (kvbudget reads the load type from it); the trace itself is not kept (a trace
+    # among the fixtures would be read as one)
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/trace_replay"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    local ms
+    echo "TIMESTAMP,ContextTokens,GeneratedTokens" >"$WORK/azure.csv"
+    for ms in 000 050 100 500 550 600 1200 1250 1300 1900 2000 2100; do
+        printf '2024-05-01 00:00:%02d.%03d000,32,16\n' $((10#$ms / 1000)) $((10#$ms % 1000)) \
+            >>"$WORK/azure.csv"
+    done
+    cat >"$WORK/ip-trace.yaml" <<EOF
+load:
+  type: trace_replay
+  trace:
+    file: $WORK/azure.csv
+    format: AzurePublicDataset
+  stages:
+  - rate: 12
+    duration: 1
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+    per_request_fields: {response: false, response_chunks: false}
+storage:
+  local_storage:
+    path: $WORK/ip-trace
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-trace.yaml")
+    cp "$WORK"/ip-trace/per_request_lifecycle_metrics.json \
+        "$WORK"/ip-trace/stage_0_lifecycle_metrics.json "$WORK"/ip-trace/config.yaml "$dest/"
+}
+
 run_inference_perf_options() {
     # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
     # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
@@ -963,7 +1020,7 @@ TOOLS=("$@")
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup
                                     inference-perf inference-perf-options inference-perf-turns
-                                    inference-perf-capped
+                                    inference-perf-capped inference-perf-trace
                                     inference-perf-unstreamed
                                     evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
@@ -992,6 +1049,7 @@ for tool in "${TOOLS[@]}"; do
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-capped) run_inference_perf_capped ;;
+    inference-perf-trace) run_inference_perf_trace ;;
     inference-perf-turns) run_inference_perf_turns ;;
     inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;

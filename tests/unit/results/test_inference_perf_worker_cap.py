@@ -134,3 +134,34 @@ def test_due_ticks_draw_as_inference_perfs_timers() -> None:
     # each second's draws fill it: its last one at its end, as ConstantLoadTimer(n, 1) ends
     for s in np.unique(seconds)[:-1]:
         assert poisson[seconds == s].max() == pytest.approx(s + 1.0)
+
+
+TRACE = CAPPED.parent / "trace_replay"
+
+
+def test_a_trace_replay_stage_is_no_rate_but_its_traces_timestamps() -> None:
+    """load.type trace_replay sends a stage's requests at its trace's timestamps
+    (inference-perf 0.7.0 ``loadgen/load_timer.py``, ``TraceReplayLoadTimer``); its stage file
+    still reports the stage's ``rate`` as ``requested_rate``, and the stage was read as an open
+    loop at 12 req/s, where the real run (``make_recording_fixtures.sh inference-perf-trace``)
+    sent its 12 requests over 2.1 s."""
+    path = TRACE / "per_request_lifecycle_metrics.json"
+    own = json.loads((TRACE / "stage_0_lifecycle_metrics.json").read_text())["load_summary"]
+    config = yaml.safe_load((TRACE / "config.yaml").read_text())["load"]
+    assert (config["type"], own["requested_rate"], own["count"]) == ("trace_replay", 12.0, 12)
+    starts = np.array([r["start_time"] for r in json.loads(path.read_text())])
+    assert starts.max() - starts.min() > 2.0  # the trace's 2.1 s, not 12 at 12 req/s
+    rec = read_recording(path)
+    assert rec.stages == (RecordedStage("stage 0: trace replay", "open", None, None),)
+    assert any(
+        n.startswith(
+            "stage 0: trace replay: load.type trace_replay (the run's config.yaml): "
+            "inference-perf sent its requests at the timestamps of its trace ("
+        )
+        and "not at the stage's rate (12 req/s)" in n
+        for n in rec.notes
+    )
+    docs = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert "its stages are `stage 0: trace replay`" in " ".join(docs.read_text().split())
+    # replayed at the recorded sends
+    assert np.allclose(np.sort(rec.workload.arrival_s), np.sort(starts - starts.min()))
