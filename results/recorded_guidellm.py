@@ -304,6 +304,9 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
     if kind == "synchronous":
         return RecordedStage(f"{index}: synchronous", "closed", None, 1)
     said = [] if notes is None else notes
+    if kind == "trace":
+        said.append(_trace_said(index, strategy))
+        return RecordedStage(f"{index}: trace replay", "open", None, None)
     if kind in ("throughput", "constant", "poisson"):
         split = _split_note(bench, index, conc or _unrecorded_cap(bench, version)[0])
         said.extend([split] if split else [])
@@ -327,6 +330,21 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
                             "(assumed)")
         return RecordedStage(f"{index}: {kind} {rate:g} req/s x{conc}", "capped", rate, conc)
     return RecordedStage(f"{index}: {kind or 'benchmark'}", "unknown", None, None)
+
+
+def _trace_said(index: int, strategy: Mapping[str, Any]) -> str:
+    """The note of a benchmark of GuideLLM 0.8's ``replay`` profile (its strategy ``trace``:
+    ``scheduler/strategies.py`` ``TraceReplayStrategy``), which sends each request at its
+    trace's ``relative_timestamp`` times ``time_scale`` from the start; with ``schedule_turn``
+    ``idle_gap`` (its default) a conversation's later request keeps its trace's idle gap after
+    the one before it actually ended."""
+    scale = strategy.get("time_scale")
+    scaled = (f" times its time_scale {scale:g}" if isinstance(scale, int | float)
+              and not isinstance(scale, bool) and scale != 1 else "")
+    turn = strategy.get("schedule_turn")
+    return (f"{index}: trace: GuideLLM's replay profile sent each request at its trace's "
+            f"timestamp{scaled} (schedule_turn {turn or 'not recorded'}), not at a rate: "
+            "replayed as an open loop at the recorded sends")
 
 
 def _window(path: Path, bench: Mapping[str, Any], b: int) -> tuple[float, float] | None:

@@ -16,6 +16,7 @@
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # aiperf-warmup,
 #                                                      # guidellm-options, guidellm-turns,
+#                                                      # guidellm-replay,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
 #                                                      # inference-perf-unstreamed,
@@ -531,6 +532,26 @@ run_guidellm_turns() {
         --output "kind=json,path=$dest/turns3_concurrent2.json" --disable-console-interactive
 }
 
+run_guidellm_replay() {
+    # the replay profile: 10 requests at the timestamps of a trace written here (0 to 1.9 s;
+    # trace_synthetic data: each row's timestamp, input_length, output_length), GuideLLM's
+    # TraceReplayStrategy (scheduler/strategies.py); the trace itself is not kept (a trace
+    # among the fixtures would be read as one)
+    local py dest t
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    : >"$WORK/gtrace.jsonl"
+    for t in 0 0.05 0.1 0.5 0.55 0.6 1.2 1.25 1.3 1.9; do
+        echo "{\"timestamp\": $t, \"input_length\": 32, \"output_length\": 16}" >>"$WORK/gtrace.jsonl"
+    done
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "{\"kind\": \"trace_synthetic\", \"source\": {\"kind\": \"json_file\", \"path\": \"$WORK/gtrace.jsonl\"}}" \
+        --profile "kind=replay" --output "kind=json,path=$dest/replay_trace.json" \
+        --disable-console-interactive
+}
+
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
     # requests in flight at the limit are cancelled
@@ -1015,7 +1036,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup
@@ -1036,6 +1057,7 @@ for tool in "${TOOLS[@]}"; do
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
     guidellm-turns) run_guidellm_turns ;;
+    guidellm-replay) run_guidellm_replay ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;

@@ -1,5 +1,5 @@
-"""A GuideLLM 0.8 benchmark that set no cool-down but whose measurement window closed before
-some of its requests were sent.
+"""GuideLLM 0.8 benchmarks read as GuideLLM ran them: one that set no cool-down but whose
+measurement window closed before some of its requests were sent; the replay profile.
 
 GuideLLM 0.8.1 closes the window of a benchmark with no cool-down where its scheduler reported
 it stopped (``benchmark/schemas/accumulator.py``, ``update_estimate``: ``measure_end`` is
@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvbudget.results.recordings import read_recording
+import pytest
+
+from kvbudget.results.recordings import RecordedStage, read_recording
 
 SWEEP = (
     Path(__file__).resolve().parents[2]
@@ -57,3 +59,29 @@ def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_call
     # the report as GuideLLM wrote it: no request outside a window
     plain = read_recording(SWEEP)
     assert (plain.counts["num_after_window"], plain.counts["num_cooldown"]) == (0, 0)
+
+
+REPLAY = SWEEP.parent / "replay_trace.json"
+
+
+def test_a_replay_profile_is_its_traces_timestamps_not_an_unrecorded_load() -> None:
+    """GuideLLM 0.8's replay profile (strategy ``trace``: ``TraceReplayStrategy`` sends each
+    request at its trace's timestamp) was read as "load mode not recorded", though the report
+    names its strategy; the real run (``make_recording_fixtures.sh guidellm-replay``) sent its
+    requests at the trace's timestamps, 0 to 1.9 s."""
+    bench = json.loads(REPLAY.read_text())["benchmarks"][0]
+    assert bench["config"]["strategy"]["type_"] == "trace"
+    rec = read_recording(REPLAY)
+    assert rec.stages == (RecordedStage("0: trace replay", "open", None, None),)
+    docs = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert "the stage `0: trace replay`, an open loop" in " ".join(docs.read_text().split())
+    assert any(
+        n.startswith(
+            "0: trace: GuideLLM's replay profile sent each request at its trace's "
+            "timestamp (schedule_turn idle_gap), not at a rate"
+        )
+        for n in rec.notes
+    )
+    starts = sorted(q["info"]["timings"]["request_start"] for q in bench["requests"]["successful"])
+    assert len(rec.workload) == len(starts)
+    assert rec.workload.arrival_s.max() == pytest.approx(starts[-1] - starts[0])
