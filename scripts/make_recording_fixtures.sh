@@ -11,7 +11,7 @@
 #                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
-#                                                      # vllm-datasets,
+#                                                      # vllm-datasets, vllm-timed,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # aiperf-warmup,
@@ -212,6 +212,32 @@ run_vllm_datasets() {
     "$VLLM_BIN/vllm" "${common[@]}" --backend openai-chat --endpoint /v1/chat/completions \
         --dataset-name random --random-input-len 32 --random-output-len 16 \
         --result-filename chat_rate8.json
+}
+
+run_vllm_timed() {
+    # --dataset-name timed_trace: 10 requests sent at the timestamps (seconds) of a trace
+    # written here, 0 to 1.9 s (self-timed, its default: the rate is not applied and is saved
+    # as "inf"), alone and capped at 2 in flight, kept in datasets/ (run_vllm_datasets empties
+    # its own files, not these); the trace itself is not kept (a trace among the fixtures
+    # would be read as one)
+    local version dest k t
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/datasets"
+    mkdir -p "$dest"
+    rm -f "$dest"/timed_trace*.json
+    : >"$WORK/timed.jsonl"
+    k=0
+    for t in 0 0.05 0.1 0.5 0.55 0.6 1.2 1.25 1.3 1.9; do
+        k=$((k + 1))
+        echo "{\"timestamp\": $t, \"input_length\": 32, \"output_length\": 16, \"hash_ids\": [$k, $((k + 100))]}" \
+            >>"$WORK/timed.jsonl"
+    done
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name timed_trace
+                  --dataset-path "$WORK/timed.jsonl" --num-prompts 10 --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --result-filename timed_trace.json
+    "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 2 --result-filename timed_trace_c2.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -1036,7 +1062,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup
@@ -1052,6 +1078,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-offline) run_vllm_offline ;;
     vllm-options) run_vllm_options ;;
     vllm-datasets) run_vllm_datasets ;;
+    vllm-timed) run_vllm_timed ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;

@@ -223,10 +223,11 @@ def test_vllm_bench_load_modes(tmp_path: Path) -> None:
              ("inf", 3, RecordedStage("concurrency 3", "closed", None, 3)),
              (2.5, 3, RecordedStage("2.5 req/s, concurrency 3", "capped", 2.5, 3)),
              (2.5, None, RecordedStage("2.5 req/s", "open", 2.5, None))]
-    closed = json.loads((VLLM / "concurrency4.json").read_text())  # every request due at 0
+    # every request due at 0 (rate8.json's spread sends at rate inf are a timed trace's)
+    closed = json.loads((VLLM / "concurrency4.json").read_text())
     for rate, conc, stage in cases:
         path = tmp_path / "r.json"
-        path.write_text(json.dumps({**(closed if stage.load == "closed" else doc),
+        path.write_text(json.dumps({**(closed if rate == "inf" else doc),
                                     "request_rate": rate, "max_concurrency": conc}))
         assert read_recording(path).stages == (stage,)
 
