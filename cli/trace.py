@@ -34,7 +34,7 @@ from kvbudget.workloads.traces.report import load_said
 from kvbudget.workloads.traces.save import check_save_path
 
 if TYPE_CHECKING:
-    from kvbudget.results.recording import Recording
+    from kvbudget.results.recording import RecordedStage, Recording
     from kvbudget.workloads.traces import LoadedTrace, TraceOptions
 
 trace_app = typer.Typer(
@@ -237,8 +237,10 @@ def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
                          seed=0 if seed is None else seed,
                          max_output=options.max_output if "max_output" in given else None)
     save_workload(rec.workload, out)
+    due = any(_held_back(rec, st) for st in rec.stages)
     print(f"wrote {counted(len(rec.workload), 'request')} of {file} ({rec.tool}) to {out}: "
-          "the requests as the tool sent them, on its clock")
+          + ("the requests as the tool offered them (a capped stage's when each was due, "
+             "below)" if due else "the requests as the tool sent them") + ", on its clock")
     for line in _recording_said(rec, out):
         print(fill(line), file=sys.stderr)
 
@@ -263,6 +265,13 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
                 "simulated server does not hold the next send back, and --rate-scale scales "
                 f"those sends, not the users); --users {st.max_concurrency} simulates {users} "
                 "sending its requests in turn")
+        elif st.load == "capped" and _held_back(rec, st):
+            lines.append(
+                f"warning: stage {label} was an {load_words(st)}: {out} holds its requests at "
+                "the times they were due, not their recorded sends (the tool sent some later, "
+                f"when one of its {st.max_concurrency} slots freed), which a simulation of it "
+                "replays open loop without that cap: more in flight than the tool let be "
+                "wherever its slots were all busy")
         elif st.load == "capped":
             lines.append(
                 f"warning: stage {label} was an {load_words(st)}: {out} holds its requests at "
@@ -283,6 +292,18 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
                  f"kvbudget simulate --trace {out} --gpu GPU --model MODEL --cost-model "
                  "cost.json --rate-scale 2 (twice its rate)")
     return lines
+
+
+def _held_back(rec: "Recording", stage: "RecordedStage") -> bool:
+    """Whether a capped ``stage``'s requests are due (the workload's ``arrival_s``) before the
+    tool sent them (the recording's ``arrival_s``, its sends): the due times a capped replay
+    offers (vllm bench serve's start_times less queue_times, AIPerf's issues, the times drawn
+    again), which the converted trace holds in place of the sends."""
+    if stage.load != "capped":
+        return False
+    rows = (rec.measured["stage"].astype(str) == stage.label).to_numpy()
+    sent = rec.measured["arrival_s"].to_numpy(dtype=float)[rows]
+    return not np.allclose(rec.workload.arrival_s[rows], sent, rtol=0.0, atol=1e-9)
 
 
 def _stage_spans(rec: "Recording") -> str:

@@ -39,6 +39,7 @@ from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_max_tokens,
     aiperf_prefix,
 )
+from kvbudget.results.recorded_aiperf_warmup import split_warmup
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
@@ -1139,9 +1140,10 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
     # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
     say_context_refusals((_error_text(rec) for _, rec in records), counts, notes, config)
+    labels, stages, warm_said = split_warmup(summary, stage, st)
     return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
-                           stage=[stage.label] * len(rows), itl_mean=itl[rows], config=config,
-                           counts=counts, notes=[*notes, *warnings], stages=(stage,),
+                           stage=labels, itl_mean=itl[rows], config=config, counts=counts,
+                           notes=[*notes, *warm_said, *warnings], stages=stages,
                            sent_s=sent[rows] - float(arrival.min()),
                            tool=f"aiperf {version}" if isinstance(version, str) else "aiperf",
                            conversations=conversations)

@@ -92,6 +92,7 @@ from kvbudget.results.recorded_guidellm_turns import (
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.closed_loop import Conversations
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -121,6 +122,8 @@ class _Columns:
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
     ramp_holds: dict[str, float] = field(default_factory=dict)
+    no_cooldown: set[str] = field(default_factory=set)
+    """The stages whose benchmark set no cool-down (:func:`_no_cooldown`)."""
 
 
 def load_report(path: Path) -> Any:
@@ -301,6 +304,9 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
     if kind == "synchronous":
         return RecordedStage(f"{index}: synchronous", "closed", None, 1)
     said = [] if notes is None else notes
+    if kind == "trace":
+        said.append(_trace_said(index, strategy))
+        return RecordedStage(f"{index}: trace replay", "open", None, None)
     if kind in ("throughput", "constant", "poisson"):
         split = _split_note(bench, index, conc or _unrecorded_cap(bench, version)[0])
         said.extend([split] if split else [])
@@ -324,6 +330,21 @@ def stage_of(path: Path, bench: Mapping[str, Any], index: int, version: str = ""
                             "(assumed)")
         return RecordedStage(f"{index}: {kind} {rate:g} req/s x{conc}", "capped", rate, conc)
     return RecordedStage(f"{index}: {kind or 'benchmark'}", "unknown", None, None)
+
+
+def _trace_said(index: int, strategy: Mapping[str, Any]) -> str:
+    """The note of a benchmark of GuideLLM 0.8's ``replay`` profile (its strategy ``trace``:
+    ``scheduler/strategies.py`` ``TraceReplayStrategy``), which sends each request at its
+    trace's ``relative_timestamp`` times ``time_scale`` from the start; with ``schedule_turn``
+    ``idle_gap`` (its default) a conversation's later request keeps its trace's idle gap after
+    the one before it actually ended."""
+    scale = strategy.get("time_scale")
+    scaled = (f" times its time_scale {scale:g}" if isinstance(scale, int | float)
+              and not isinstance(scale, bool) and scale != 1 else "")
+    turn = strategy.get("schedule_turn")
+    return (f"{index}: trace: GuideLLM's replay profile sent each request at its trace's "
+            f"timestamp{scaled} (schedule_turn {turn or 'not recorded'}), not at a rate: "
+            "replayed as an open loop at the recorded sends")
 
 
 def _window(path: Path, bench: Mapping[str, Any], b: int) -> tuple[float, float] | None:
@@ -378,6 +399,55 @@ def _look_alike(req: Mapping[str, Any]) -> str | None:
             "request's send time, prompt and output tokens, TTFT and E2E as the generic "
             "records format (arrival_s, prompt_tokens, output_tokens, ttft_s, e2e_s; "
             "docs/recordings.md)")
+
+
+def _no_cooldown(bench: Mapping[str, Any]) -> bool:
+    """A GuideLLM 0.7+ benchmark run with no cool-down: ``config.cooldown`` with neither a
+    ``percent`` nor a ``value``, and no ``cooldown_duration``."""
+    cooldown = dig(bench, "config", "cooldown")
+    return ("cooldown_duration" in bench and not bench.get("cooldown_duration")
+            and isinstance(cooldown, dict) and cooldown.get("percent") is None
+            and cooldown.get("value") is None)
+
+
+def _after_window_said(num: int) -> str:
+    """The note of ``num`` requests sent after the measurement window of a benchmark that set
+    no cool-down."""
+    return (f"{counted(num, 'request')} sent after GuideLLM's measurement window closed though "
+            "their benchmark set no cool-down: GuideLLM 0.8 closes the window of such a "
+            "benchmark where its scheduler reported it stopped (scheduler_metrics."
+            "measure_end_time; benchmark/schemas/accumulator.py, update_estimate: measure_end "
+            "is request_end, progress.stop_time), which came before they were sent: simulated "
+            "(they loaded the server) and left out of the measured statistics, as GuideLLM's "
+            "own metrics leave them out (its metrics.request_totals count only the others), "
+            "not cool-down requests")
+
+
+def _window_notes(status: list[str], stages: list[str], no_cooldown: set[str],
+                  counts: dict[str, int]) -> list[str]:
+    """Count (into ``counts``) and say the requests outside GuideLLM's measurement windows
+    (``status`` and ``stages`` in workload order): warm-up, cool-down, those sent after the
+    window of a benchmark that set no cool-down (``no_cooldown``: their stages) and those sent
+    after a time limit."""
+    notes = []
+    counts["num_warmup"] = status.count("warmup")
+    outside = counts["num_after_window"] = sum(
+        s == "cooldown" and st in no_cooldown for s, st in zip(status, stages, strict=True))
+    counts["num_cooldown"] = status.count("cooldown") - outside
+    if counts["num_warmup"] or counts["num_cooldown"]:
+        notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
+                     "requests simulated (they loaded the server) and left out of the measured "
+                     "statistics, as GuideLLM does")
+    if outside:
+        notes.append(_after_window_said(outside))
+    num_after = counts["num_after_limit"] = status.count("after_limit")
+    if num_after:
+        notes.append(f"{num_after} requests GuideLLM's workers sent after its time limit (each "
+                     "queued before it): left out of the measured statistics, as GuideLLM "
+                     "leaves them out; the time-limited replay sends nothing after the limit, "
+                     "so the load they added to the requests still running then is not "
+                     "simulated")
+    return notes
 
 
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
@@ -701,6 +771,8 @@ def read_guidellm(path: Path, default_tier: str,
         # what its workers had queued goes out after it
         after = ("after_limit" if stop is not None and not bench.get("cooldown_duration")
                  else "cooldown")
+        if _no_cooldown(bench):
+            cols.no_cooldown.add(stage.label)
         listed: dict[str, int] = {}
         first = len(cols.start)
         for kind in KINDS:
@@ -778,19 +850,8 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         raise TraceError(path, f"the request ends ({e2e[i]:g} s after its start) before its "
                          f"first token ({ttft[i]:g} s)", field=f"{cols.where[i]}.request_end_time")
     status = [cols.status[r] for r in rows.tolist()]
-    counts["num_warmup"] = status.count("warmup")
-    counts["num_cooldown"] = status.count("cooldown")
-    if counts["num_warmup"] or counts["num_cooldown"]:
-        notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
-                     "requests simulated (they loaded the server) and left out of the measured "
-                     "statistics, as GuideLLM does")
-    num_after = counts["num_after_limit"] = status.count("after_limit")
-    if num_after:
-        notes.append(f"{num_after} requests GuideLLM's workers sent after its time limit (each "
-                     "queued before it): left out of the measured statistics, as GuideLLM "
-                     "leaves them out; the time-limited replay sends nothing after the limit, "
-                     "so the load they added to the requests still running then is not "
-                     "simulated")
+    notes.extend(_window_notes(status, [cols.stage[r] for r in rows.tolist()],
+                               cols.no_cooldown, counts))
     config = _config(path, benchmarks, doc, cols)
     notes.append(synthetic or max_tokens_note(recorded, max_output_rule))
     cache = cache_note(cols.cached, cols.prompt, rows, prefix)

@@ -56,6 +56,13 @@ from kvbudget.results.recorded_guidellm_turns import (
     workload_conversations,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
+from kvbudget.results.recorded_inference_perf_load import (
+    WorkerCap,
+    due_ticks,
+    run_config,
+    trace_file,
+    worker_cap,
+)
 from kvbudget.results.recorded_inference_perf_prefix import (
     inference_perf_prefix,
     shared_prefix_settings,
@@ -269,13 +276,18 @@ def read_inference_perf(path: Path, default_tier: str,
         raise TraceError(path, "missing", row=i, field="info.input_tokens")
     start = np.array([r[2] for r in rows])
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
+    run = run_config(path)
+    _trace_replayed(trace_file(run), labels, stages, notes)
+    cap = worker_cap(run)
+    capped = _worker_capped(cap, labels, stages, notes)
     sent = start - float(start.min())
     due = sent.copy()
     for k, stage in enumerate(stages):
         if stage.load == "capped":
             members = np.array([lab == stage.label for lab in labels])
-            stages[k] = _concurrent_due(stage, members, sent,
-                                        sent + np.array([r[4] for r in rows]), seed, due, notes)
+            stages[k] = _concurrent_due(
+                stage, members, sent, sent + np.array([r[4] for r in rows]), seed, due, notes,
+                cap.load_type if cap is not None and stage.label in capped else "concurrent")
         elif stage.load == "closed" and stage.max_concurrency:
             members = np.array([lab == stage.label for lab in labels])
             idle = closed_loop_idle_note(stage.label, stage.max_concurrency, sent[members],
@@ -464,15 +476,60 @@ def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage
     return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)
 
 
+def _trace_replayed(trace: str | None, labels: list[str], stages: list[RecordedStage],
+                    notes: list[str]) -> None:
+    """The open stages of a ``trace_replay`` run (``trace``: its ``load.trace.file``), in
+    place: inference-perf 0.7.0 sends such a stage's requests at its trace's timestamps
+    (``loadgen/load_timer.py`` ``TraceReplayLoadTimer``, from the stage's start), not at the
+    stage's ``rate``, which its stage file still reports as ``requested_rate``: open loops at
+    their recorded sends, with no rate."""
+    if trace is None:
+        return
+    for k, stage in enumerate(stages):
+        if stage.load != "open":
+            continue
+        label = f"stage {k}: trace replay"
+        stages[k] = RecordedStage(label, "open", None, None)
+        labels[:] = [label if lab == stage.label else lab for lab in labels]
+        rate = "" if stage.request_rate is None else f" ({stage.request_rate:g} req/s)"
+        notes.append(f"{label}: load.type trace_replay (the run's config.yaml): inference-perf "
+                     f"sent its requests at the timestamps of its trace ({trace or 'load.trace'}"
+                     f"), not at the stage's rate{rate}, which its stage file reports as "
+                     "requested_rate: replayed at their recorded sends")
+
+
+def _worker_capped(cap: WorkerCap | None, labels: list[str], stages: list[RecordedStage],
+                   notes: list[str]) -> set[str]:
+    """The open stages whose requests outnumber the workers' cap (``config.yaml``'s
+    ``load.num_workers x load.worker_max_concurrency``: :mod:`recorded_inference_perf_load`),
+    made capped at it in place (``labels`` and ``stages``), their new labels returned: the cap
+    could bind there. Stages of no more requests than the cap stay open loops."""
+    if cap is None:
+        return set()
+    out: set[str] = set()
+    for k, stage in enumerate(stages):
+        count = labels.count(stage.label)
+        if stage.load != "open" or stage.request_rate is None or count <= cap.cap:
+            continue
+        label = f"{stage.label}, at most {cap.cap} in flight"
+        stages[k] = RecordedStage(label, "capped", stage.request_rate, cap.cap)
+        labels[:] = [label if lab == stage.label else lab for lab in labels]
+        notes.append(cap.said(label))
+        out.add(label)
+    return out
+
+
 def _concurrent_due(stage: RecordedStage, members: npt.NDArray[np.bool_], sent: FloatArray,
-                    end: FloatArray, seed: int, due: FloatArray,
-                    notes: list[str]) -> RecordedStage:
-    """When the requests of a ``concurrent`` stage were due (written into ``due``), and the
-    stage as replayed. While a slot was always free each was sent when due (the recorded
-    sends are kept); once all ``concurrency`` were in flight the sends followed the recorded
-    server, so the due times are drawn again as inference-perf draws them (``ConstantLoadTimer``:
-    exponential gaps scaled to span ``num_requests / requested_rate`` seconds, from the
-    stage's first send; its own draws are unseeded and not in the file)."""
+                    end: FloatArray, seed: int, due: FloatArray, notes: list[str],
+                    load_type: str = "concurrent") -> RecordedStage:
+    """When the requests of a capped stage were due (written into ``due``), and the stage as
+    replayed: a ``concurrent`` stage, or a ``constant`` or ``poisson`` one under its workers'
+    cap (``load_type``). While a slot was always free each was sent when due (the recorded
+    sends are kept); once all ``max_concurrency`` were in flight the sends followed the
+    recorded server, so the due times are drawn again as inference-perf draws them
+    (:func:`due_ticks`: ``ConstantLoadTimer``'s exponential gaps scaled to span
+    ``num_requests / requested_rate`` seconds, or ``PoissonLoadTimer``'s count a second, from
+    the stage's first send; its own draws are unseeded and not in the file)."""
     assert stage.max_concurrency is not None and stage.request_rate is not None
     rows = np.flatnonzero(members)
     order = rows[np.argsort(sent[rows], kind="stable")]
@@ -480,14 +537,15 @@ def _concurrent_due(stage: RecordedStage, members: npt.NDArray[np.bool_], sent: 
     inflight = in_flight_after(at, sent[rows], end[rows])
     if len(order) == 0 or inflight.max() < stage.max_concurrency:
         return stage
-    span_s = len(order) / stage.request_rate
-    gaps = np.random.default_rng(np.random.SeedSequence(seed)).exponential(1.0, len(order))
-    ticks = np.cumsum(gaps * span_s / gaps.sum())
+    ticks = due_ticks(load_type, np.random.default_rng(np.random.SeedSequence(seed)),
+                      len(order), stage.request_rate)
     due[order] = at[0] + ticks - ticks[0]
-    notes.append(f"{stage.label}: inference-perf's concurrent load type sends its "
-                 f"{len(order)} requests at {stage.request_rate:g} req/s (due over "
-                 f"{span_s:g} s), each when one of {stage.max_concurrency} slots is free; all "
-                 "were busy at times, so the sends after that followed the recorded server: "
-                 f"the due times are drawn again as inference-perf draws them (seed {seed}; its "
-                 "own draws are not in the file)")
+    over = ("a Poisson count of them each second" if load_type == "poisson" else
+            f"due over {len(order) / stage.request_rate:g} s")
+    notes.append(f"{stage.label}: inference-perf's {load_type} load type sends its "
+                 f"{len(order)} requests at {stage.request_rate:g} req/s ({over}), each when "
+                 f"one of {stage.max_concurrency} slots is free; all were busy at times, so "
+                 "the sends after that followed the recorded server: the due times are drawn "
+                 f"again as inference-perf draws them (seed {seed}; its own draws are not in "
+                 "the file)")
     return replace(stage, send_times="redrawn")

@@ -555,10 +555,13 @@ def _self_timed(path: Path, doc: Mapping[str, Any], line: int | None, stage: Rec
     the default), each then waiting for one of the ``--max-concurrency`` slots
     (``limited_request_func``, lines 976-984); the result saves neither the dataset nor
     ``self_timed`` (lines 2277-2281 write ``request_rate`` "inf" and ``max_concurrency``), so
-    read as a closed loop of C users it was replayed with no gaps the trace had. The due
-    times tell: at rate ``inf`` every request is due at once (``request_arrival_time``, taken
-    as the generator yields, line 1071), at a trace's timestamps they spread."""
-    if stage.load != "closed" or len(sent) < 2:
+    read as a closed loop of C users it was replayed with no gaps the trace had. Without
+    ``--max-concurrency`` the stage read "inf req/s, all at once", its requests sent over the
+    trace's span: an open loop at them. The due times tell: at rate ``inf`` every request is
+    due at once (``request_arrival_time``, taken as the generator yields, line 1071), at a
+    trace's timestamps they spread."""
+    everything = stage.load == "open" and stage.request_rate == math.inf
+    if not (stage.load == "closed" or everything) or len(sent) < 2:
         return stage
     queue = _numbers(path, doc, "queue_times", len(sent), line, required=False)
     if queue is None or not np.isfinite(queue).all():
@@ -568,6 +571,12 @@ def _self_timed(path: Path, doc: Mapping[str, Any], line: int | None, stage: Rec
     span = float(np.nanmax(sent + np.where(np.isfinite(e2e), e2e, 0.0)) - sent.min())
     if not (spread > 0.01 and spread > SELF_TIMED_SPREAD * span):
         return stage
+    if everything:
+        notes.append(f"{'' if line is None else f'line {line}: '}request_rate inf, but the "
+                     f"requests were due over {spread:.3g} s, not all at once: a timed trace's "
+                     "timestamps (--dataset-name timed_trace, self-timed), replayed as an open "
+                     "loop at them")
+        return RecordedStage("timed trace", "open", None, None)
     notes.append(f"{'' if line is None else f'line {line}: '}request_rate inf with "
                  f"max_concurrency={stage.max_concurrency}, but the requests were due over "
                  f"{spread:.3g} s (start_times less queue_times), not all at once: a timed "

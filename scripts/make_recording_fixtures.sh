@@ -11,13 +11,17 @@
 #                                                      # aiperf-timed-open;
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
-#                                                      # vllm-datasets,
+#                                                      # vllm-datasets, vllm-timed,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
+#                                                      # aiperf-warmup,
 #                                                      # guidellm-options, guidellm-turns,
+#                                                      # guidellm-replay,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
-#                                                      # inference-perf-unstreamed;
+#                                                      # inference-perf-unstreamed,
+#                                                      # inference-perf-capped,
+#                                                      # inference-perf-trace;
 #                                                      # evalscope; genai-bench;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
@@ -208,6 +212,32 @@ run_vllm_datasets() {
     "$VLLM_BIN/vllm" "${common[@]}" --backend openai-chat --endpoint /v1/chat/completions \
         --dataset-name random --random-input-len 32 --random-output-len 16 \
         --result-filename chat_rate8.json
+}
+
+run_vllm_timed() {
+    # --dataset-name timed_trace: 10 requests sent at the timestamps (seconds) of a trace
+    # written here, 0 to 1.9 s (self-timed, its default: the rate is not applied and is saved
+    # as "inf"), alone and capped at 2 in flight, kept in datasets/ (run_vllm_datasets empties
+    # its own files, not these); the trace itself is not kept (a trace among the fixtures
+    # would be read as one)
+    local version dest k t
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/datasets"
+    mkdir -p "$dest"
+    rm -f "$dest"/timed_trace*.json
+    : >"$WORK/timed.jsonl"
+    k=0
+    for t in 0 0.05 0.1 0.5 0.55 0.6 1.2 1.25 1.3 1.9; do
+        k=$((k + 1))
+        echo "{\"timestamp\": $t, \"input_length\": 32, \"output_length\": 16, \"hash_ids\": [$k, $((k + 100))]}" \
+            >>"$WORK/timed.jsonl"
+    done
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name timed_trace
+                  --dataset-path "$WORK/timed.jsonl" --num-prompts 10 --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --result-filename timed_trace.json
+    "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 2 --result-filename timed_trace_c2.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -429,6 +459,22 @@ run_aiperf_rate_series() {
     keep_aiperf a16 rate_series2to10
 }
 
+run_aiperf_warmup() {
+    # a warm-up phase at a load of its own: 4 warm-up requests from 1 user
+    # (--warmup-concurrency 1) before a profiling phase of 4 users; AIPerf starts profiling
+    # when the warm-up phase completed, and the summary keeps both phases
+    local py dest
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    dest="$OUT/aiperf-$AIPERF_VERSION"
+    mkdir -p "$dest"
+    "$py" -m aiperf profile --model tiny --url "$URL" --endpoint-type completions --streaming \
+        --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0 \
+        --extra-inputs ignore_eos:true --random-seed 0 --ui-type none --request-count 10 \
+        --concurrency 4 --warmup-request-count 4 --warmup-concurrency 1 \
+        --artifact-dir "$WORK/a19"
+    keep_aiperf a19 concurrency4_warmup4c1
+}
+
 run_aiperf_prefix() {
     # prompts that begin with one of 2 prefix prompts of 16 tokens (--num-prefix-prompts
     # --prefix-prompt-length): kept in their own directory with the inputs.json AIPerf writes
@@ -510,6 +556,26 @@ run_guidellm_turns() {
         --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16,turns=3" \
         --constraint "kind=max_requests,count=12" --profile "kind=concurrent,streams=2" \
         --output "kind=json,path=$dest/turns3_concurrent2.json" --disable-console-interactive
+}
+
+run_guidellm_replay() {
+    # the replay profile: 10 requests at the timestamps of a trace written here (0 to 1.9 s;
+    # trace_synthetic data: each row's timestamp, input_length, output_length), GuideLLM's
+    # TraceReplayStrategy (scheduler/strategies.py); the trace itself is not kept (a trace
+    # among the fixtures would be read as one)
+    local py dest t
+    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
+    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    mkdir -p "$dest"
+    : >"$WORK/gtrace.jsonl"
+    for t in 0 0.05 0.1 0.5 0.55 0.6 1.2 1.25 1.3 1.9; do
+        echo "{\"timestamp\": $t, \"input_length\": 32, \"output_length\": 16}" >>"$WORK/gtrace.jsonl"
+    done
+    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+        --data "{\"kind\": \"trace_synthetic\", \"source\": {\"kind\": \"json_file\", \"path\": \"$WORK/gtrace.jsonl\"}}" \
+        --profile "kind=replay" --output "kind=json,path=$dest/replay_trace.json" \
+        --disable-console-interactive
 }
 
 run_guidellm_timed() {
@@ -687,6 +753,113 @@ EOF
     (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
         --config_file "$WORK/ip-mt.yaml")
     cp "$WORK"/ip-mt/*.json "$WORK"/ip-mt/config.yaml "$dest/"
+}
+
+run_inference_perf_capped() {
+    # constant load at 16 req/s for 1 s of 32-token answers from one worker process with 2
+    # slots (load.num_workers 1, load.worker_max_concurrency 2): a worker takes a request from
+    # the queue only into a free slot, so at most 2 were in flight and the later requests went
+    # when one ended (loadgen/load_generator.py, Worker.loop); config.yaml is kept beside the
+    # reports (kvbudget reads the two settings from it); the per-request entries without the
+    # response and its chunks (report.request_lifecycle.per_request_fields), which kvbudget
+    # does not read, to keep the file small
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/worker_capped"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    cat >"$WORK/ip-cap.yaml" <<EOF
+load:
+  type: constant
+  num_workers: 1
+  worker_max_concurrency: 2
+  stages:
+  - rate: 16
+    duration: 1
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+    per_request_fields: {response: false, response_chunks: false}
+storage:
+  local_storage:
+    path: $WORK/ip-cap
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-cap.yaml")
+    cp "$WORK"/ip-cap/per_request_lifecycle_metrics.json "$WORK"/ip-cap/stage_0_lifecycle_metrics.json \
+        "$WORK"/ip-cap/config.yaml "$dest/"
+}
+
+run_inference_perf_trace() {
+    # load.type trace_replay: 12 requests sent at the timestamps of an Azure-format trace
+    # written here (0 to 2.1 s), the stage's rate (12 req/s for 1 s: its request count) not
+    # their pace (loadgen/load_timer.py, TraceReplayLoadTimer); config.yaml is kept beside the
+    # reports (kvbudget reads the load type from it); the trace itself is not kept (a trace
+    # among the fixtures would be read as one)
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/trace_replay"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json "$dest"/config.yaml
+    local ms
+    echo "TIMESTAMP,ContextTokens,GeneratedTokens" >"$WORK/azure.csv"
+    for ms in 000 050 100 500 550 600 1200 1250 1300 1900 2000 2100; do
+        printf '2024-05-01 00:00:%02d.%03d000,32,16\n' $((10#$ms / 1000)) $((10#$ms % 1000)) \
+            >>"$WORK/azure.csv"
+    done
+    cat >"$WORK/ip-trace.yaml" <<EOF
+load:
+  type: trace_replay
+  trace:
+    file: $WORK/azure.csv
+    format: AzurePublicDataset
+  stages:
+  - rate: 12
+    duration: 1
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+    per_request_fields: {response: false, response_chunks: false}
+storage:
+  local_storage:
+    path: $WORK/ip-trace
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-trace.yaml")
+    cp "$WORK"/ip-trace/per_request_lifecycle_metrics.json \
+        "$WORK"/ip-trace/stage_0_lifecycle_metrics.json "$WORK"/ip-trace/config.yaml "$dest/"
 }
 
 run_inference_perf_options() {
@@ -889,11 +1062,12 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
-                                    aiperf-rate-series aiperf-prefix
+                                    aiperf-rate-series aiperf-prefix aiperf-warmup
                                     inference-perf inference-perf-options inference-perf-turns
+                                    inference-perf-capped inference-perf-trace
                                     inference-perf-unstreamed
                                     evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
@@ -904,11 +1078,13 @@ for tool in "${TOOLS[@]}"; do
     vllm-offline) run_vllm_offline ;;
     vllm-options) run_vllm_options ;;
     vllm-datasets) run_vllm_datasets ;;
+    vllm-timed) run_vllm_timed ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
     guidellm-turns) run_guidellm_turns ;;
+    guidellm-replay) run_guidellm_replay ;;
     guidellm-*) run_guidellm "${tool#guidellm-}" ;;
     aiperf) run_aiperf ;;
     aiperf-timed) run_aiperf_timed ;;
@@ -918,8 +1094,11 @@ for tool in "${TOOLS[@]}"; do
     aiperf-chat) run_aiperf_chat ;;
     aiperf-rate-series) run_aiperf_rate_series ;;
     aiperf-prefix) run_aiperf_prefix ;;
+    aiperf-warmup) run_aiperf_warmup ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
+    inference-perf-capped) run_inference_perf_capped ;;
+    inference-perf-trace) run_inference_perf_trace ;;
     inference-perf-turns) run_inference_perf_turns ;;
     inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;

@@ -288,3 +288,27 @@ def test_a_study_of_a_trace_says_its_replications_run_the_same_requests(tmp_path
                           "H100-80GB", "--tier-shares", "interactive=0.5,batch=0.5", "-j", "1")
     assert code == 0, stderr
     assert "same requests" not in stderr, stderr
+
+
+def test_converting_a_capped_stage_says_it_holds_the_due_times_not_the_sends(
+        tmp_path: Path) -> None:
+    """A capped stage whose slots were all busy at times is offered when each request was due
+    (vllm bench serve's start_times less queue_times, AIPerf's issues, inference-perf's due times
+    drawn again): the converted trace holds those, but `trace convert` said it held "the
+    requests as the tool sent them ... at their recorded sends"."""
+    path = RECORDINGS / "inference-perf-0.7.0" / "worker_capped" / "per_request_lifecycle_metrics.json"
+    out = tmp_path / "capped.csv"
+    code, stdout, stderr = run("trace", "convert", path, "--out", out)
+    assert code == 0, stderr
+    rec = read_recording(path)
+    trace = pd.read_csv(out)
+    sent = rec.measured["arrival_s"].to_numpy()
+    assert trace["arrival_s"].to_numpy() == pytest.approx(rec.workload.arrival_s)
+    assert trace["arrival_s"].to_numpy() != pytest.approx(sent)  # due, not sent
+    assert "the requests as the tool offered them (a capped stage's when each was due" in \
+        flat(stdout)
+    said = flat(stderr)
+    assert ("holds its requests at the times they were due, not their recorded sends (the tool "
+            "sent some later, when one of its 2 slots freed)") in said, stderr
+    assert "at their recorded sends, which a simulation of it replays open loop without" \
+        not in said

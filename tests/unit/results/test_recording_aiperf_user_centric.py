@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kvbudget.results.recordings import read_recording
+from kvbudget.results.recordings import RecordedStage, read_recording
 from kvbudget.studies.recorded_replay import replay_mode
 
 AIPERF = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
@@ -31,6 +31,9 @@ def _user_centric(tmp_path: Path, name: str, *, users: int = 3) -> Any:
         if phase["kind"] == "profiling":
             phase["type"] = "user_centric"
             phase["users"] = users
+        else:  # the warm-up, as AIPerf builds it with no --request-rate: by --concurrency, or 1
+            phase.update(type="concurrency", concurrency=phase.get("concurrency") or 1)
+            phase.pop("rate", None)
     (tmp_path / "run_aiperf.json").write_text(json.dumps(summary))
     return read_recording(tmp_path / "run.jsonl")
 
@@ -51,7 +54,8 @@ def test_aiperf_user_centric_phase_says_each_user_waits_for_its_answer(
 
 def test_aiperf_user_centric_with_concurrency_says_the_session_slots(tmp_path: Path) -> None:
     rec = _user_centric(tmp_path, "capped8c2", users=4)
-    (stage,) = rec.stages
+    warmup, stage = rec.stages  # its warm-up phase a closed loop of 2 before it
+    assert warmup == RecordedStage("warm-up, concurrency 2", "closed", None, 2)
     assert (stage.label, stage.load, stage.max_concurrency) == (
         "user-centric, 4 users, 8 req/s, concurrency 2", "capped", 2)
     note = next(n for n in rec.notes if "AIPerf's user_centric" in n)

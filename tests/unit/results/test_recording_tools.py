@@ -223,10 +223,11 @@ def test_vllm_bench_load_modes(tmp_path: Path) -> None:
              ("inf", 3, RecordedStage("concurrency 3", "closed", None, 3)),
              (2.5, 3, RecordedStage("2.5 req/s, concurrency 3", "capped", 2.5, 3)),
              (2.5, None, RecordedStage("2.5 req/s", "open", 2.5, None))]
-    closed = json.loads((VLLM / "concurrency4.json").read_text())  # every request due at 0
+    # every request due at 0 (rate8.json's spread sends at rate inf are a timed trace's)
+    closed = json.loads((VLLM / "concurrency4.json").read_text())
     for rate, conc, stage in cases:
         path = tmp_path / "r.json"
-        path.write_text(json.dumps({**(closed if stage.load == "closed" else doc),
+        path.write_text(json.dumps({**(closed if rate == "inf" else doc),
                                     "request_rate": rate, "max_concurrency": conc}))
         assert read_recording(path).stages == (stage,)
 
@@ -710,9 +711,8 @@ def _aiperf_capped(tmp_path: Path, pattern: str, concurrency: int) -> Any:
         del r["metadata"]["credit_issued_ns"]
     (tmp_path / "capped.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     summary = json.loads((AIPERF / "rate8_aiperf.json").read_text())
-    for phase in summary["input_config"]["phases"]:
-        if phase["kind"] == "profiling":
-            phase.update(concurrency=concurrency, type=pattern)
+    for phase in summary["input_config"]["phases"]:  # the warm-up at the same load, as AIPerf
+        phase.update(concurrency=concurrency, type=pattern)  # builds it given no load of its own
     (tmp_path / "capped_aiperf.json").write_text(json.dumps(summary))
     return read_recording(tmp_path / "capped.jsonl")
 

@@ -161,9 +161,8 @@ def test_a_cost_file_says_the_recordings_tool_stages_and_notes(tmp_path: Path) -
     # the file kept the recording's counts but not what reading it assumed (realised output as
     # max_tokens, redrawn or placed send times) nor how its stages were replayed
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
-    doc = json.loads((fixture / "vllm-bench-0.32.0" / "rate8.json").read_text())
-    bench = tmp_path / "inf.json"
-    bench.write_text(json.dumps({**doc, "request_rate": "inf"}))  # everything at once
+    # everything at once (rate8.json relabelled inf is a timed trace's spread sends now)
+    bench = fixture / "vllm-bench-0.32.0" / "inf.json"
     rec = read_recording(bench)
     config = SimConfig(engine=ENGINE)
     cal = calibrate_recording(rec, config, config.resolved_cost_model(), max_evals=3)

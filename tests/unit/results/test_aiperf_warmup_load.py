@@ -1,0 +1,92 @@
+"""AIPerf's warm-up phase at a load of its own (``--warmup-concurrency``,
+``--warmup-request-rate``).
+
+AIPerf 0.13.0 runs the warm-up requests as a phase before the profiling one, at the warm-up's
+own load where given, and the summary keeps both phases (``input_config.phases``). The warm-up
+records were read into the profiling stage: a closed profiling loop of 4 users replayed a
+warm-up of 1 user 4 at a time. The fixture is a real run (``scripts/make_recording_fixtures.sh
+aiperf-warmup``: 4 warm-up requests from 1 user, then 10 from 4 users, against the CPU vLLM of
+the live tests).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from kvbudget.perf.cost_model import LinearCostModel
+from kvbudget.results.recordings import RecordedStage, read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
+from kvbudget.studies.validate import simulate_recording
+
+AIPERF = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
+RUN = AIPERF / "concurrency4_warmup4c1.jsonl"
+SUMMARY = AIPERF / "concurrency4_warmup4c1_aiperf.json"
+
+
+def with_phases(tmp_path: Path, warmup: dict[str, object]) -> Path:
+    """The run with its warm-up phase's settings replaced by ``warmup``."""
+    shutil.copy(RUN, tmp_path / RUN.name)
+    summary = json.loads(SUMMARY.read_text())
+    phases = summary["input_config"]["phases"]
+    phases[0] = {**phases[0], **warmup}
+    (tmp_path / SUMMARY.name).write_text(json.dumps(summary))
+    return tmp_path / RUN.name
+
+
+def test_a_warmup_of_its_own_concurrency_is_a_stage_of_its_own() -> None:
+    warm, profiling = json.loads(SUMMARY.read_text())["input_config"]["phases"]
+    assert (warm["kind"], warm["concurrency"], profiling["concurrency"]) == ("warmup", 1, 4)
+    rec = read_recording(RUN)
+    assert rec.stages == (
+        RecordedStage("warm-up, concurrency 1", "closed", None, 1),
+        RecordedStage("concurrency 4", "closed", None, 4),
+    )
+    stage = rec.measured["stage"]
+    assert (stage == "warm-up, concurrency 1").sum() == warm["requests"] == rec.counts["num_warmup"]
+    assert (stage == "concurrency 4").sum() == profiling["requests"]
+    warm_ids = rec.measured["request_id"][stage == "warm-up, concurrency 1"].to_numpy()
+    assert any(
+        n.startswith("AIPerf ran its 4 warm-up requests as a phase of their own") for n in rec.notes
+    )
+    docs = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert "the stage `warm-up, concurrency 1`" in " ".join(docs.read_text().split())
+    # simulated: the warm-up one at a time, as its 1 user sent them
+    slow = LinearCostModel(
+        intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_context_token_s=0.0
+    )
+    config = SimConfig(
+        engine=EngineConfig(
+            num_gpu_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048
+        )
+    )
+    run = simulate_recording(rec, config, cost_model=slow, frontend_overhead_s=0.0)
+    records = run.records.sort_values("arrival_s")
+    warmup = records[records["request_id"].isin(warm_ids)]
+    assert len(warmup) == 4
+    sends, ends = warmup["arrival_s"].to_numpy(), warmup["finished_s"].to_numpy()
+    assert (sends[1:] >= ends[:-1] - 1e-9).all()  # each after the one before it ended
+    # the profiling phase, begun when the warm-up completed, simulated from an idle server
+    # as each stage is (studies/recorded_replay.py, simulate_stages)
+    profiled = records[~records["request_id"].isin(warmup["request_id"])]
+    first = np.sort(profiled["arrival_s"].to_numpy())[:4]
+    assert np.allclose(first, first[0])  # its 4 users at once
+
+
+def test_a_warmup_at_a_rate_before_a_closed_loop_is_replayed_at_its_sends(tmp_path: Path) -> None:
+    path = with_phases(tmp_path, {"type": "poisson", "rate": 2.0, "concurrency": None})
+    rec = read_recording(path)
+    assert rec.stages == (
+        RecordedStage("warm-up, 2 req/s", "open", 2.0, None),
+        RecordedStage("concurrency 4", "closed", None, 4),
+    )
+
+
+def test_a_warmup_at_the_profiling_load_stays_in_its_stage(tmp_path: Path) -> None:
+    rec = read_recording(with_phases(tmp_path, {"concurrency": 4}))
+    assert rec.stages == (RecordedStage("concurrency 4", "closed", None, 4),)
+    assert not any("as a phase of their own" in n for n in rec.notes)

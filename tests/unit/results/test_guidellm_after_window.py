@@ -1,0 +1,87 @@
+"""GuideLLM 0.8 benchmarks read as GuideLLM ran them: one that set no cool-down but whose
+measurement window closed before some of its requests were sent; the replay profile.
+
+GuideLLM 0.8.1 closes the window of a benchmark with no cool-down where its scheduler reported
+it stopped (``benchmark/schemas/accumulator.py``, ``update_estimate``: ``measure_end`` is
+``request_end``, the scheduler's ``progress.stop_time``); a real run here (concurrent, 2
+streams, 10 requests of synthetic data with length distributions) had it close after the
+second request ended, and GuideLLM's own metrics counted 3 of the 10. kvbudget left the other
+7 out too, as GuideLLM does, but said "0 warm-up and 7 cool-down requests" of a run that set
+no cool-down. The run could not be made again on demand (the next two runs of the same command
+closed their windows at their ends), so the case is made from the real sweep report by moving
+its first benchmark's ``measure_end_time`` to its first request's end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbudget.results.recordings import RecordedStage, read_recording
+
+SWEEP = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "recordings"
+    / "guidellm-0.8.1"
+    / "sweep.json"
+)
+
+
+def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_called_cool_down(
+    tmp_path: Path,
+) -> None:
+    doc = json.loads(SWEEP.read_text())
+    bench = doc["benchmarks"][0]
+    assert bench["config"]["cooldown"]["percent"] is None and not bench["cooldown_duration"]
+    first, second = sorted(
+        bench["requests"]["successful"], key=lambda r: r["info"]["timings"]["request_start"]
+    )
+    bench["scheduler_metrics"]["measure_end_time"] = first["info"]["timings"]["request_end"]
+    assert second["info"]["timings"]["request_start"] > first["info"]["timings"]["request_end"]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert (rec.counts["num_after_window"], rec.counts["num_cooldown"]) == (1, 0)
+    assert not any("cool-down requests simulated" in n for n in rec.notes)
+    assert any(
+        n.startswith(
+            "1 request sent after GuideLLM's measurement window closed though their "
+            "benchmark set no cool-down"
+        )
+        for n in rec.notes
+    )
+    # left out of the measured statistics, as GuideLLM's metrics leave it out
+    stage0 = rec.measured[rec.measured["stage"] == rec.stages[0].label]
+    assert int(stage0["usable"].sum()) == 1
+    # the report as GuideLLM wrote it: no request outside a window
+    plain = read_recording(SWEEP)
+    assert (plain.counts["num_after_window"], plain.counts["num_cooldown"]) == (0, 0)
+
+
+REPLAY = SWEEP.parent / "replay_trace.json"
+
+
+def test_a_replay_profile_is_its_traces_timestamps_not_an_unrecorded_load() -> None:
+    """GuideLLM 0.8's replay profile (strategy ``trace``: ``TraceReplayStrategy`` sends each
+    request at its trace's timestamp) was read as "load mode not recorded", though the report
+    names its strategy; the real run (``make_recording_fixtures.sh guidellm-replay``) sent its
+    requests at the trace's timestamps, 0 to 1.9 s."""
+    bench = json.loads(REPLAY.read_text())["benchmarks"][0]
+    assert bench["config"]["strategy"]["type_"] == "trace"
+    rec = read_recording(REPLAY)
+    assert rec.stages == (RecordedStage("0: trace replay", "open", None, None),)
+    docs = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert "the stage `0: trace replay`, an open loop" in " ".join(docs.read_text().split())
+    assert any(
+        n.startswith(
+            "0: trace: GuideLLM's replay profile sent each request at its trace's "
+            "timestamp (schedule_turn idle_gap), not at a rate"
+        )
+        for n in rec.notes
+    )
+    starts = sorted(q["info"]["timings"]["request_start"] for q in bench["requests"]["successful"])
+    assert len(rec.workload) == len(starts)
+    assert rec.workload.arrival_s.max() == pytest.approx(starts[-1] - starts[0])
