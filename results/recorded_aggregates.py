@@ -242,20 +242,35 @@ def dataset_refusal(doc: object) -> str | None:
     document, or a list under one of its keys), each with a prompt text and no measured time,
     such as github.com/rh-aiservices-bu/llm-d-playbook 7a43b29 ``guidellm/shared-prefix-data.
     json`` (``{"data": [{"prompt": ..., "output_tokens_count": 256}]}``, GuideLLM's ``--data``),
-    which kvbudget told to "pass a format", though none fits; None for anything else."""
+    which kvbudget told to "pass a format", though none fits; or ``doc`` itself one such prompt,
+    the first line of a JSON lines dataset (GuideLLM's ``--data`` of a ``.jsonl`` file; vllm
+    bench serve's ``--dataset-name custom``, whose ``CustomDataset`` in vLLM's
+    ``vllm/benchmarks/datasets.py`` reads a ``prompt`` a line; ShareGPT's conversations a
+    line), which validate and trace convert told "cannot tell the ... format"; None for
+    anything else."""
     for where, items in _object_lists(doc):
-        keys = [str(k) for k in items[0]]
-        if any(_timed(k) for k in keys) or not any(
-            k.lower() in PROMPT_KEYS and isinstance(items[0][k], str | list) for k in keys
-        ):
-            continue
-        return (
-            f"is a load tool's input dataset, {len(items)} prompt(s) to send ({where}"
-            f"{_said(keys)}; GuideLLM --data, vllm bench serve --dataset-path, ...), not a "
-            "recording: no request's send or measured time is in it; pass the result file "
-            "the tool wrote when it sent them (docs/recordings.md)"
-        )
+        if _prompt_record(items[0]):
+            return _dataset_said(f"{len(items)} prompt(s) to send ({where}{_said(items[0])}")
+    if isinstance(doc, Mapping) and _prompt_record(doc):
+        return _dataset_said(f"prompts to send, one a JSON object ({_said(doc)}")
     return None
+
+
+def _prompt_record(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a prompt to send: a prompt text among its keys, no measured time."""
+    keys = [str(k) for k in item]
+    return not any(_timed(k) for k in keys) and any(
+        k.lower() in PROMPT_KEYS and isinstance(item[k], str | list) for k in keys
+    )
+
+
+def _dataset_said(what: str) -> str:
+    """The refusal of an input dataset, ``what`` its prompts (an open parenthesis: their keys)."""
+    return (
+        f"is a load tool's input dataset, {what}; GuideLLM --data, vllm bench serve "
+        "--dataset-path, ...), not a recording: no request's send or measured time is in it; "
+        "pass the result file the tool wrote when it sent them (docs/recordings.md)"
+    )
 
 
 def _one_request(doc: object) -> str | None:

@@ -70,3 +70,44 @@ def test_per_request_results_with_a_prompt_are_not_called_a_dataset(tmp_path: Pa
     with pytest.raises(TraceError) as info:
         read_recording(path)
     assert "per-request result(s) in a layout of no tool kvbudget reads" in str(info.value)
+
+
+JSON_LINES: dict[str, list[dict[str, Any]]] = {
+    # GuideLLM's --data of a .jsonl file (the published prompts, one a line)
+    "guidellm --data .jsonl": DATASETS["guidellm --data"]["data"],
+    # vllm bench serve --dataset-name custom: CustomDataset reads a "prompt" a line
+    # (vllm/benchmarks/datasets.py CustomDataset, its docstring: a JSONL file, {"prompt": ...} a line)
+    "vllm custom": [{"prompt": PROMPT}, {"prompt": PROMPT[:40]}],
+    # ShareGPT's conversations, one a line; a file of one line among them
+    "sharegpt .jsonl": DATASETS["sharegpt"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(JSON_LINES))
+def test_a_json_lines_dataset_is_named_by_validate_and_trace_convert(
+    tmp_path: Path, name: str
+) -> None:
+    # validate --records and trace convert told it "cannot tell the recording format (a JSON
+    # object of none of the known tools ...)" and "cannot tell the trace format from the first
+    # record (keys: conversations); pass a format", none of which fits
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in JSON_LINES[name]))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert "is a load tool's input dataset, prompts to send, one a JSON object (" in str(info.value)
+    res = CliRunner().invoke(app, ["trace", "convert", str(path), "--out", str(tmp_path / "t.csv")])
+    assert res.exit_code == 2, res.stderr
+    assert "is a load tool's input dataset" in res.stderr and "cannot tell" not in res.stderr
+    assert "pass the result file the tool wrote when it sent them" in res.stderr
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_a_json_lines_trace_with_prompts_still_converts(tmp_path: Path) -> None:
+    # the generic format's records (arrival_s, token counts) beside a prompt: a trace, read
+    path = tmp_path / "trace.jsonl"
+    rows = [
+        {"arrival_s": i, "prompt_tokens": 10, "output_tokens": 5, "prompt": "hi"} for i in range(2)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    res = CliRunner().invoke(app, ["trace", "convert", str(path), "--out", str(tmp_path / "t.csv")])
+    assert res.exit_code == 0, res.stderr
