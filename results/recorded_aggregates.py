@@ -256,6 +256,24 @@ def dataset_refusal(doc: object) -> str | None:
     return None
 
 
+def dataset_header_refusal(columns: list[str]) -> str | None:
+    """Why a CSV input dataset cannot be replayed: a header with a prompt text column and no
+    measured time nor a token count of the generic format (GuideLLM's ``--data`` of a CSV file,
+    github.com/Dorsivan/guidellm-example c902efa ``datasets/prompts.csv``: ``prompt,
+    output_tokens_count``, which validate told to map a ``prompt_tokens`` column it lacks, and
+    trace convert to "pass a format"); None for anything else."""
+    names = [c.strip() for c in columns]
+    if GENERIC_COLUMNS & set(names) or any(_timed(c) for c in names):
+        return None
+    if not any(c.lower() in PROMPT_KEYS for c in names):
+        return None
+    return _dataset_said(f"prompts to send, one a row ({_said(names)}")
+
+
+GENERIC_COLUMNS = frozenset({"arrival_s", "prompt_tokens", "output_tokens"})
+"""The generic format's columns: a CSV holding one is a trace or records, not a dataset."""
+
+
 def _prompt_record(item: Mapping[str, Any]) -> bool:
     """Whether ``item`` is a prompt to send: a prompt text among its keys, no measured time."""
     keys = [str(k) for k in item]

@@ -76,6 +76,7 @@ from typing import Any
 from kvbudget.results.recorded_aggregates import (
     aggregate_object_refusal,
     aggregate_table_refusal,
+    dataset_header_refusal,
     dataset_refusal,
     unknown_requests_refusal,
 )
@@ -372,11 +373,14 @@ def read_recording(
 
 def refuse_aggregate_table(path: Path) -> None:
     """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's:
-    Locust's ``*_stats.csv``) in one line, before the generic format misses its first column
-    (``kvbudget report`` asks it too of a file given for a run directory)."""
+    Locust's ``*_stats.csv``), or a CSV input dataset (prompts to send, no times), in one line,
+    before the generic format misses its first column (``kvbudget report`` asks it too of a
+    file given for a run directory, ``trace convert`` of a CSV no trace format reads); a CSV
+    given with ``--column`` mappings is not asked."""
     with path.open("rb") as fh:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
-    aggregates = aggregate_table_refusal(first.strip().split(","))
+    header = first.strip().split(",")
+    aggregates = aggregate_table_refusal(header) or dataset_header_refusal(header)
     if aggregates:
         raise TraceError(path, aggregates, line=1)
 

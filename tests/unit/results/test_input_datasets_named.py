@@ -111,3 +111,51 @@ def test_a_json_lines_trace_with_prompts_still_converts(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     res = CliRunner().invoke(app, ["trace", "convert", str(path), "--out", str(tmp_path / "t.csv")])
     assert res.exit_code == 0, res.stderr
+
+
+# GuideLLM's --data of a CSV file: the header of github.com/Dorsivan/guidellm-example c902efa
+# datasets/prompts.csv (prompt,output_tokens_count), its rows written here; validate told it
+# "missing column 'prompt_tokens' needed by the generic format", as if a --column would map one,
+# trace convert "cannot tell the trace format from the header ...; pass a format", report "not a
+# run directory (a file, not a directory)"
+CSV_DATASET = (
+    'prompt,output_tokens_count\n"Explain transfer learning.",256\n"Write a binary search.",128\n'
+)
+
+
+def test_a_csv_dataset_is_named_by_validate_trace_convert_and_report(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.csv"
+    path.write_text(CSV_DATASET)
+    said = (
+        "is a load tool's input dataset, prompts to send, one a row (prompt, output_tokens_count;"
+    )
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert said in str(info.value)
+    runner = CliRunner()
+    res = runner.invoke(app, ["trace", "convert", str(path), "--out", str(tmp_path / "t.csv")])
+    assert res.exit_code == 2 and said in res.stderr and "cannot tell" not in res.stderr
+    res = runner.invoke(app, ["report", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and f"not a run directory: it {said}" in res.stderr, res.stderr
+
+
+def test_a_csv_with_a_prompt_column_and_mapped_columns_is_read(tmp_path: Path) -> None:
+    # a records CSV whose columns the user maps (--column) is read, its prompt text left aside
+    # (its header alone, no time named, is a dataset's);
+    # one holding the generic format's columns is a trace, converted
+    path = tmp_path / "requests.csv"
+    path.write_text("sent,prompt,in,out,t1,t2\n0.0,hi,10,5,0.1,0.5\n1.0,yo,12,6,0.1,0.6\n")
+    columns = {
+        "arrival_s": "sent",
+        "prompt_tokens": "in",
+        "output_tokens": "out",
+        "ttft_s": "t1",
+        "e2e_s": "t2",
+    }
+    assert len(read_recording(path, columns=columns).workload.prompt_tokens) == 2
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,prompt\n0,10,5,hi\n1,12,6,yo\n")
+    res = CliRunner().invoke(
+        app, ["trace", "convert", str(trace), "--out", str(tmp_path / "t.csv")]
+    )
+    assert res.exit_code == 0, res.stderr
