@@ -50,11 +50,18 @@ NEEDED = (
 )
 
 
-RATE = re.compile(r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$")
+RATE = re.compile(
+    r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$"
+    r"|(^|_)per_(prompt|request|req|query)$"
+)
 """A rate over a window (``requests_per_second``, ``tokens_per_sec``, ``tg_tok_s``): a
 statistic over the requests of the window, not one request's figure. The short form is a
 llama-bench wrapper's (github.com/MMeffert/intel-llm-bench 057f2c2 ``results.jsonl``: one line
-a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format")."""
+a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format").
+So is a figure a prompt (or request) over a round: LMCache's ``benchmarks/long_doc_qa/
+long_doc_qa.py --json-output`` summary, ``query_ttft_per_prompt`` (the round's mean TTFT) and
+``query_round_time_per_prompt`` (its duration over its prompts), published as github.com/
+LMCache/LMCache 989cf45 ``benchmarks/long_doc_qa/async-20260723.json``."""
 
 TIME_COLUMNS = frozenset(
     {
@@ -98,12 +105,23 @@ keeps them two objects down (vllm-project/production-stack 0b945e8
 told to "pass a format", which none fits."""
 
 
+def _figures(value: object) -> bool:
+    """Whether ``value`` lists a figure an item (numbers, or objects: a tool's per-request
+    lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa summary lists its warmup round's
+    ``warmup_request_ids`` beside its averages)."""
+    return (
+        isinstance(value, list)
+        and len(value) > 1
+        and any(isinstance(x, int | float | Mapping | list) for x in value[:8])
+    )
+
+
 def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     """Why a JSON object of no known tool holds no request: two or more of its keys (or of the
     keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``, down to
     :data:`NESTED_STATS` objects deep, the shallower first) name statistics and none of its
     values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
-    if any(isinstance(v, list) and len(v) > 1 for v in doc.values()):
+    if any(_figures(v) for v in doc.values()):
         return None
     stats: list[str] = []
     level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
