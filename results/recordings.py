@@ -124,6 +124,7 @@ from kvbudget.results.recording import (
 )
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.traces.load import detect_format
 
 __all__ = [  # the recording's types, read here with the readers (kvbudget.results.recording)
     "COMPLETED_WORDS",
@@ -228,7 +229,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     for hit, problem in refusals:
         if hit:
             raise TraceError(path, problem)
-    if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
+    if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc) or _spans_lines(path):
         aggregates = (
             aggregate_object_refusal(doc)
             or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
@@ -236,6 +237,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         )
         if aggregates:
             raise TraceError(path, aggregates)
+        trace = trace_refusal(path)
+        if trace:
+            raise TraceError(path, trace)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
         raise TraceError(
             path,
@@ -244,6 +248,22 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
             f"({', '.join(RECORDING_FORMATS)})",
         )
     return "records"
+
+
+def _spans_lines(path: Path) -> bool:
+    """Whether the file's first JSON value goes on past its first line (a document indented
+    over many lines), which no file of generic records is (one record a line): a run's
+    document whose totals share a generic column's name (a home-made harness's
+    ``output_tokens`` beside its ``per_request`` list, github.com/sgl-project/sglang ec0eaf2
+    ``benchmark/kernels/moe_tp_ep/results/a3-2026-09-16/e2e/deepep_r1_in1024.json``) was read
+    as generic records and told "line 1: not valid JSON", though it is valid JSON."""
+    with path.open("rb") as fh:
+        first = fh.readline(1 << 16).strip()
+    try:
+        json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return True
+    return False
 
 
 def _detect_list(path: Path) -> str:
@@ -380,9 +400,31 @@ def refuse_aggregate_table(path: Path) -> None:
     with path.open("rb") as fh:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
     header = first.strip().split(",")
-    aggregates = aggregate_table_refusal(header) or dataset_header_refusal(header)
+    aggregates = (
+        aggregate_table_refusal(header) or dataset_header_refusal(header) or trace_refusal(path)
+    )
     if aggregates:
         raise TraceError(path, aggregates, line=1)
+
+
+def trace_refusal(path: Path) -> str | None:
+    """Why a trace one of kvbudget's trace formats reads (not the generic one, whose records
+    may carry measured times) is not a recording: requests to send, none measured. Mooncake's
+    (github.com/kvcache-ai/Mooncake a2a4b18 ``FAST25-release/traces/conversation_trace.jsonl``:
+    ``timestamp``, ``input_length``, ``output_length``, ``hash_ids``) was told "cannot tell the
+    recording format ...; pass a format", an Azure trace to map its ``TIMESTAMP`` as
+    ``arrival_s``, though neither holds a time to validate against. None for anything else."""
+    try:
+        fmt = detect_format(path)
+    except (TraceError, OSError, ValueError):
+        return None
+    if fmt == "generic":
+        return None
+    return (
+        f"is a trace of the {fmt} format (requests to send, none with a measured TTFT or E2E), "
+        "not a recording: simulate it (kvbudget simulate --trace FILE), or replay it against "
+        "the server with a load tool and pass the result the tool wrote (docs/recordings.md)"
+    )
 
 
 def _read_tool_file(
