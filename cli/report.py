@@ -8,7 +8,7 @@ import typer
 from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
-from kvbudget.results.recordings import detect_recording_format, refuse_aggregate_table
+from kvbudget.results.recordings import detect_recording_format, refuse_unreadable_records
 from kvbudget.workloads.errors import TraceError
 
 
@@ -24,8 +24,8 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         return
     try:
         fmt = detect_recording_format(path)
-        if fmt == "records" and path.suffix.lower() == ".csv":
-            refuse_aggregate_table(path)
+        if fmt == "records":
+            refuse_unreadable_records(path)
     except TraceError as exc:
         if exc.problem.startswith(("is ", "holds ")):  # the refusal says what the file is
             raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None

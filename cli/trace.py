@@ -24,7 +24,7 @@ from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import (
     detect_recording_format,
     read_recording,
-    refuse_aggregate_table,
+    refuse_unreadable_records,
 )
 from kvbudget.results.said import WIDTH, fill
 from kvbudget.workloads.counted import counted
@@ -210,8 +210,8 @@ def _tool_format(file: Path) -> str | None:
     file of aggregates) and no trace format reads is refused with that reason."""
     try:
         fmt = detect_recording_format(file)
-        if fmt == "records" and file.suffix.lower() == ".csv":
-            refuse_aggregate_table(file)  # a CSV of aggregates or prompts, if no trace
+        if fmt == "records":
+            refuse_unreadable_records(file)  # aggregates, prompts, unsent results: if no trace
     except OSError:
         return None
     except TraceError as refusal:  # a load tool's file of aggregates, a server log, ...

@@ -323,6 +323,24 @@ def _one_request(doc: object) -> str | None:
     return _requests_said([str(k) for k in doc], timed_among=numbers)
 
 
+def unsent_records_refusal(keys: list[str], unit: str) -> str | None:
+    """Why records of the generic format's names but no send time cannot be read: a header
+    (or a first record) with a measured time, no ``arrival_s`` and no key naming a send, as a
+    home-made harness's ``runs/*.csv`` and ``*.jsonl`` (github.com/llm-serving-lab/vllm-benchmark
+    86449c9: ``request_id, prompt, ttft_ms, tpot_ms, total_ms, ..., input_tokens,
+    output_tokens``), which kvbudget told to map a ``prompt_tokens`` column, though no column
+    would give the send time it needs next; None for anything else."""
+    names = [k.strip() for k in keys]
+    if {"arrival_s", "ttft_s", "e2e_s"} & set(names) or any(
+        SEND_WORDS.intersection(_words(k)) for k in names
+    ):
+        return None  # the generic format's own times (its refusal names what is missing)
+    said = _requests_said(names)
+    if said is None:
+        return None
+    return f"holds per-request results, one a {unit}, in a layout of no tool kvbudget reads ({said}"
+
+
 def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
     """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
     whether one may be a send time, then what to write), closing the parenthesis its caller

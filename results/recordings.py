@@ -79,6 +79,7 @@ from kvbudget.results.recorded_aggregates import (
     dataset_header_refusal,
     dataset_refusal,
     unknown_requests_refusal,
+    unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_dirs import inference_perf_prometheus_refusal, tool_dir_refusal
@@ -385,8 +386,8 @@ def read_recording(
     if fmt == "run":
         return read_run_dir(path, default_tier)
     if fmt == "records":
-        if not columns and path.suffix.lower() == ".csv":
-            refuse_aggregate_table(path)
+        if not columns:
+            refuse_unreadable_records(path)
         return read_records(path, columns or {}, default_tier, max_output)
     return _read_tool_file(path, fmt, default_tier, seed, max_output)
 
@@ -401,10 +402,48 @@ def refuse_aggregate_table(path: Path) -> None:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
     header = first.strip().split(",")
     aggregates = (
-        aggregate_table_refusal(header) or dataset_header_refusal(header) or trace_refusal(path)
+        aggregate_table_refusal(header)
+        or dataset_header_refusal(header)
+        or trace_refusal(path)
+        or unsent_records_refusal(header, "row")
     )
     if aggregates:
         raise TraceError(path, aggregates, line=1)
+
+
+def refuse_unreadable_records(path: Path) -> None:
+    """Refuse, in one line, a file the generic records format would be asked to read (none
+    given ``--column`` mappings) whose header or first record says it holds no records: a CSV
+    of aggregates, an input dataset, a trace, per-request results with no send time
+    (``kvbudget report`` and ``trace convert`` ask it too)."""
+    if not path.is_file():
+        return
+    if path.suffix.lower() == ".csv":
+        refuse_aggregate_table(path)
+    else:
+        _refuse_unsent_lines(path)
+
+
+def _refuse_unsent_lines(path: Path) -> None:
+    """Refuse JSON lines of per-request results with no send time (:func:`unsent_records_
+    refusal`, the keys of their first 8 records: AIBrix's client writes ``start_time`` on its
+    streamed requests' lines only) in one line, before the generic format misses a field."""
+    keys: dict[str, None] = {}
+    with path.open("rb") as fh:
+        for _ in range(8):
+            line = fh.readline(1 << 16).strip()
+            if not line:
+                break
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                return
+            if not isinstance(record, dict):
+                return
+            keys.update(dict.fromkeys(str(k) for k in record))
+    said = unsent_records_refusal(list(keys), "line") if keys else None
+    if said:
+        raise TraceError(path, said, line=1)
 
 
 def trace_refusal(path: Path) -> str | None:

@@ -94,3 +94,85 @@ def test_a_generic_record_with_hash_ids_is_still_read(tmp_path: Path) -> None:
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert len(read_recording(path).workload.prompt_tokens) == 2
+
+
+# github.com/llm-serving-lab/vllm-benchmark 86449c9 runs/concurrency10.csv and .jsonl: a home-made
+# harness's per-request results (its header; two rows of its figures), no send time among them.
+# kvbudget told them "missing column 'prompt_tokens' needed by the generic format", as if a
+# --column prompt_tokens=input_tokens would read them, though no column gives the send time the
+# replay needs next
+HARNESS_CSV = (
+    "request_id,prompt,ttft_ms,tpot_ms,total_ms,queue_wait_ms,connect_wait_ms,input_tokens,"
+    "output_tokens,tokens_per_sec,num_requests_running,num_requests_waiting,kv_cache_usage_perc,"
+    "error\n"
+    "1,What is PagedAttention?,30951.5,194.17,41067.68,3.55,158.77,15,53,1.29,9.0,0.0,0.0134,\n"
+    "s5-r2,Do you offer refunds?,31083.31,197.36,44902.23,4.76,160.6,15,71,1.58,9.0,0.0,0.0149,\n"
+)
+HARNESS_LINES = [
+    {
+        "request_id": "1",
+        "prompt": "What is PagedAttention?",
+        "ttft_ms": 30951.5,
+        "tpot_ms": 194.17,
+        "itl_ms_list": [133.06, 184.16],
+        "total_ms": 41067.68,
+        "input_tokens": 15,
+        "output_tokens": 53,
+        "error": None,
+        "queue_wait_ms": 3.55,
+    },
+    {
+        "request_id": "s5-r2",
+        "prompt": "Do you offer refunds?",
+        "ttft_ms": 31083.31,
+        "tpot_ms": 197.36,
+        "itl_ms_list": [184.16, 194.49],
+        "total_ms": 44902.23,
+        "input_tokens": 15,
+        "output_tokens": 71,
+        "error": None,
+        "queue_wait_ms": 4.76,
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "unit"), [("concurrency10.csv", "row"), ("concurrency10.jsonl", "line")]
+)
+def test_per_request_results_without_a_send_time_are_said_to_be_so(
+    tmp_path: Path, name: str, unit: str
+) -> None:
+    path = tmp_path / name
+    if unit == "row":
+        path.write_text(HARNESS_CSV)
+    else:
+        path.write_text("".join(json.dumps(line) + "\n" for line in HARNESS_LINES))
+    said = (
+        f"holds per-request results, one a {unit}, in a layout of no tool kvbudget reads (ttft_ms"
+    )
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert said in str(info.value) and "with no send time among their keys" in str(info.value)
+    assert "missing column" not in str(info.value)
+    res = CliRunner().invoke(app, ["report", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and f"not a run directory: it {said}" in res.stderr, res.stderr
+
+
+def test_results_with_a_send_time_on_some_lines_keep_the_generic_refusal(tmp_path: Path) -> None:
+    # AIBrix's client writes start_time on its streamed requests' lines only: a send time is
+    # among the first lines' keys, so a column is what is missing, as the generic format says
+    path = tmp_path / "output.jsonl"
+    lines = [
+        {"prompt_tokens": 217, "output_tokens": 66, "latency": 2.47},
+        {
+            "prompt_tokens": 244,
+            "output_tokens": 77,
+            "latency": 3.01,
+            "start_time": 10.5,
+            "ttft": 0.13,
+        },
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert "missing column 'ttft_s'" in str(info.value)
