@@ -106,14 +106,31 @@ told to "pass a format", which none fits."""
 
 
 def _figures(value: object) -> bool:
-    """Whether ``value`` lists a figure an item (numbers, or objects: a tool's per-request
-    lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa summary lists its warmup round's
-    ``warmup_request_ids`` beside its averages)."""
-    return (
-        isinstance(value, list)
-        and len(value) > 1
-        and any(isinstance(x, int | float | Mapping | list) for x in value[:8])
-    )
+    """Whether ``value`` lists a figure an item (numbers, or flat objects of no statistic: a
+    tool's per-request lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa summary lists its
+    warmup round's ``warmup_request_ids`` beside its averages) nor objects of statistics (a
+    sweep's points, :func:`_first_objects`)."""
+    if not isinstance(value, list) or len(value) < 2:
+        return False
+    first = value[0]
+    if isinstance(first, Mapping):  # a request's flat figures, not a run's or a point's
+        return not any(_is_stat(str(k)) for k in first) and not _first_objects("", first)
+    return any(isinstance(x, int | float | list) for x in value[:8])
+
+
+def _first_objects(where: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The objects ``obj`` holds, each with where it is: its values that are objects, and the
+    first item of each list of objects (a sweep's ``runs[0].points[0]``, github.com/sgl-project/
+    sglang fd67a1b ``benchmark/amd_mi350x_prefill/data/gpt-oss-120b-quark-w4a8.json``: each
+    point's ``req_s``, ``ttft_mean_ms``, ``ttft_p99_ms``, which kvbudget told to "pass a
+    format")."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for k, v in obj.items():
+        if isinstance(v, Mapping):
+            found.append((f"{where}{k}.", v))
+        elif isinstance(v, list) and v and isinstance(v[0], Mapping):
+            found.append((f"{where}{k}[0].", v[0]))
+    return found
 
 
 def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -127,12 +144,7 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
     for _ in range(NESTED_STATS):
         stats += [f"{where}{k}" for where, obj in level for k in obj if _is_stat(str(k))]
-        level = [
-            (f"{where}{k}.", v)
-            for where, obj in level
-            for k, v in obj.items()
-            if isinstance(v, Mapping)
-        ]
+        level = [found for where, obj in level for found in _first_objects(where, obj)]
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"

@@ -374,3 +374,49 @@ def test_per_request_lists_of_figures_are_not_aggregates(tmp_path: Path) -> None
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "holds aggregate figures" not in str(err.value)
+
+
+def _point(cc: int, req_s: float, ttft_ms: float) -> dict[str, Any]:
+    return {
+        "cc": cc,
+        "req_s": req_s,
+        "input_tok_s": 87002.5,
+        "ttft_mean_ms": ttft_ms,
+        "ttft_p50_ms": ttft_ms,
+        "ttft_p99_ms": ttft_ms + 4.1,
+        "duration_s": 7.06,
+        "requests_sent": 200,
+        "requests_completed": 200,
+        "errors": 0,
+    }
+
+
+def test_a_sweeps_points_in_lists_of_objects_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # github.com/sgl-project/sglang fd67a1b benchmark/amd_mi350x_prefill/data/
+    # gpt-oss-120b-quark-w4a8.json's layout (Apache-2.0; its notes and build cut): a sweep's
+    # points under runs[].points[], each a concurrency's figures from bench_serving; kvbudget
+    # told it "cannot tell the recording format ...; pass a format (records, run, ...)"
+    doc = {
+        "model": "gpt-oss-120b (Quark W4A8)",
+        "tp": 1,
+        "hardware": "MI350X gfx950",
+        "notes": ["Optimal config only.", "Measurement windows are short."],
+        "runs": [
+            {
+                "arm": "optimal-prefill-graph-fused-pad",
+                "client_command": "python3 -m sglang.bench_serving --backend sglang ...",
+                "page_size": 64,
+                "points": [_point(1, 28.33, 35.15), _point(2, 32.45, 61.03)],
+            },
+            {"arm": "eager", "page_size": 64, "points": [_point(1, 20.1, 60.2)]},
+        ],
+    }
+    path = tmp_path / "gpt-oss-120b-quark-w4a8.json"
+    path.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures (runs[0].points[0].req_s, runs[0].points[0].input_tok_s, " in said
+    )
+    assert NEEDS in said
