@@ -8,7 +8,7 @@ import typer
 from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
-from kvbudget.results.recordings import detect_recording_format, refuse_aggregate_table
+from kvbudget.results.recordings import detect_recording_format, refuse_unreadable_records
 from kvbudget.workloads.errors import TraceError
 
 
@@ -24,8 +24,8 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         return
     try:
         fmt = detect_recording_format(path)
-        if fmt == "records" and path.suffix.lower() == ".csv":
-            refuse_aggregate_table(path)
+        if fmt == "records":
+            refuse_unreadable_records(path)
     except TraceError as exc:
         if exc.problem.startswith(("is ", "holds ")):  # the refusal says what the file is
             raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None
@@ -34,10 +34,12 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         return
     if fmt in ("records", "run"):
         return
-    raise CliError(f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
-                   f"kvbudget validate --records {path} --out DIR compares a simulation of it "
-                   "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
-                   "DIR/sim, which report takes")
+    raise CliError(
+        f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
+        f"kvbudget validate --records {path} --out DIR compares a simulation of it "
+        "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
+        "DIR/sim, which report takes"
+    )
 
 
 def report_cmd(
@@ -55,8 +57,9 @@ def report_cmd(
         Path | None,
         typer.Option("--measured", help="A measured run (live replay) to compare each run with."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", min=0,
-                                      help="Seed of the bootstrap intervals.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, help="Seed of the bootstrap intervals.")
+    ] = 0,
 ) -> None:
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
@@ -67,8 +70,7 @@ def report_cmd(
             _refuse_recording(measured, "--measured: ")
         bar = Bar("report", None, unit="step")
         try:
-            report = build_report(run_dirs, out, measured=measured, seed=seed,
-                                  progress=bar.set)
+            report = build_report(run_dirs, out, measured=measured, seed=seed, progress=bar.set)
         finally:
             bar.close()
     typer.echo(f"wrote {report.html_path} and {len(report.png_paths)} PNG files in {out}")

@@ -21,7 +21,11 @@ from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
 from kvbudget.cli.usage_errors import OneLineGroup
 from kvbudget.results.recording import load_words
-from kvbudget.results.recordings import detect_recording_format, read_recording
+from kvbudget.results.recordings import (
+    detect_recording_format,
+    read_recording,
+    refuse_unreadable_records,
+)
 from kvbudget.results.said import WIDTH, fill
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
@@ -206,6 +210,8 @@ def _tool_format(file: Path) -> str | None:
     file of aggregates) and no trace format reads is refused with that reason."""
     try:
         fmt = detect_recording_format(file)
+        if fmt == "records":
+            refuse_unreadable_records(file)  # aggregates, prompts, unsent results: if no trace
     except OSError:
         return None
     except TraceError as refusal:  # a load tool's file of aggregates, a server log, ...

@@ -50,11 +50,18 @@ NEEDED = (
 )
 
 
-RATE = re.compile(r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$")
+RATE = re.compile(
+    r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$"
+    r"|(^|_)per_(prompt|request|req|query)$"
+)
 """A rate over a window (``requests_per_second``, ``tokens_per_sec``, ``tg_tok_s``): a
 statistic over the requests of the window, not one request's figure. The short form is a
 llama-bench wrapper's (github.com/MMeffert/intel-llm-bench 057f2c2 ``results.jsonl``: one line
-a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format")."""
+a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass a format").
+So is a figure a prompt (or request) over a round: LMCache's ``benchmarks/long_doc_qa/
+long_doc_qa.py --json-output`` summary, ``query_ttft_per_prompt`` (the round's mean TTFT) and
+``query_round_time_per_prompt`` (its duration over its prompts), published as github.com/
+LMCache/LMCache 989cf45 ``benchmarks/long_doc_qa/async-20260723.json``."""
 
 TIME_COLUMNS = frozenset(
     {
@@ -98,23 +105,46 @@ keeps them two objects down (vllm-project/production-stack 0b945e8
 told to "pass a format", which none fits."""
 
 
+def _figures(value: object) -> bool:
+    """Whether ``value`` lists a figure an item (numbers, or flat objects of no statistic: a
+    tool's per-request lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa summary lists its
+    warmup round's ``warmup_request_ids`` beside its averages) nor objects of statistics (a
+    sweep's points, :func:`_first_objects`)."""
+    if not isinstance(value, list) or len(value) < 2:
+        return False
+    first = value[0]
+    if isinstance(first, Mapping):  # a request's flat figures, not a run's or a point's
+        return not any(_is_stat(str(k)) for k in first) and not _first_objects("", first)
+    return any(isinstance(x, int | float | list) for x in value[:8])
+
+
+def _first_objects(where: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The objects ``obj`` holds, each with where it is: its values that are objects, and the
+    first item of each list of objects (a sweep's ``runs[0].points[0]``, github.com/sgl-project/
+    sglang fd67a1b ``benchmark/amd_mi350x_prefill/data/gpt-oss-120b-quark-w4a8.json``: each
+    point's ``req_s``, ``ttft_mean_ms``, ``ttft_p99_ms``, which kvbudget told to "pass a
+    format")."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    for k, v in obj.items():
+        if isinstance(v, Mapping):
+            found.append((f"{where}{k}.", v))
+        elif isinstance(v, list) and v and isinstance(v[0], Mapping):
+            found.append((f"{where}{k}[0].", v[0]))
+    return found
+
+
 def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     """Why a JSON object of no known tool holds no request: two or more of its keys (or of the
     keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``, down to
     :data:`NESTED_STATS` objects deep, the shallower first) name statistics and none of its
     values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
-    if any(isinstance(v, list) and len(v) > 1 for v in doc.values()):
+    if any(_figures(v) for v in doc.values()):
         return None
     stats: list[str] = []
     level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
     for _ in range(NESTED_STATS):
         stats += [f"{where}{k}" for where, obj in level for k in obj if _is_stat(str(k))]
-        level = [
-            (f"{where}{k}.", v)
-            for where, obj in level
-            for k, v in obj.items()
-            if isinstance(v, Mapping)
-        ]
+        level = [found for where, obj in level for found in _first_objects(where, obj)]
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
@@ -242,20 +272,53 @@ def dataset_refusal(doc: object) -> str | None:
     document, or a list under one of its keys), each with a prompt text and no measured time,
     such as github.com/rh-aiservices-bu/llm-d-playbook 7a43b29 ``guidellm/shared-prefix-data.
     json`` (``{"data": [{"prompt": ..., "output_tokens_count": 256}]}``, GuideLLM's ``--data``),
-    which kvbudget told to "pass a format", though none fits; None for anything else."""
+    which kvbudget told to "pass a format", though none fits; or ``doc`` itself one such prompt,
+    the first line of a JSON lines dataset (GuideLLM's ``--data`` of a ``.jsonl`` file; vllm
+    bench serve's ``--dataset-name custom``, whose ``CustomDataset`` in vLLM's
+    ``vllm/benchmarks/datasets.py`` reads a ``prompt`` a line; ShareGPT's conversations a
+    line), which validate and trace convert told "cannot tell the ... format"; None for
+    anything else."""
     for where, items in _object_lists(doc):
-        keys = [str(k) for k in items[0]]
-        if any(_timed(k) for k in keys) or not any(
-            k.lower() in PROMPT_KEYS and isinstance(items[0][k], str | list) for k in keys
-        ):
-            continue
-        return (
-            f"is a load tool's input dataset, {len(items)} prompt(s) to send ({where}"
-            f"{_said(keys)}; GuideLLM --data, vllm bench serve --dataset-path, ...), not a "
-            "recording: no request's send or measured time is in it; pass the result file "
-            "the tool wrote when it sent them (docs/recordings.md)"
-        )
+        if _prompt_record(items[0]):
+            return _dataset_said(f"{len(items)} prompt(s) to send ({where}{_said(items[0])}")
+    if isinstance(doc, Mapping) and _prompt_record(doc):
+        return _dataset_said(f"prompts to send, one a JSON object ({_said(doc)}")
     return None
+
+
+def dataset_header_refusal(columns: list[str]) -> str | None:
+    """Why a CSV input dataset cannot be replayed: a header with a prompt text column and no
+    measured time nor a token count of the generic format (GuideLLM's ``--data`` of a CSV file,
+    github.com/Dorsivan/guidellm-example c902efa ``datasets/prompts.csv``: ``prompt,
+    output_tokens_count``, which validate told to map a ``prompt_tokens`` column it lacks, and
+    trace convert to "pass a format"); None for anything else."""
+    names = [c.strip() for c in columns]
+    if GENERIC_COLUMNS & set(names) or any(_timed(c) for c in names):
+        return None
+    if not any(c.lower() in PROMPT_KEYS for c in names):
+        return None
+    return _dataset_said(f"prompts to send, one a row ({_said(names)}")
+
+
+GENERIC_COLUMNS = frozenset({"arrival_s", "prompt_tokens", "output_tokens"})
+"""The generic format's columns: a CSV holding one is a trace or records, not a dataset."""
+
+
+def _prompt_record(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is a prompt to send: a prompt text among its keys, no measured time."""
+    keys = [str(k) for k in item]
+    return not any(_timed(k) for k in keys) and any(
+        k.lower() in PROMPT_KEYS and isinstance(item[k], str | list) for k in keys
+    )
+
+
+def _dataset_said(what: str) -> str:
+    """The refusal of an input dataset, ``what`` its prompts (an open parenthesis: their keys)."""
+    return (
+        f"is a load tool's input dataset, {what}; GuideLLM --data, vllm bench serve "
+        "--dataset-path, ...), not a recording: no request's send or measured time is in it; "
+        "pass the result file the tool wrote when it sent them (docs/recordings.md)"
+    )
 
 
 def _one_request(doc: object) -> str | None:
@@ -270,6 +333,24 @@ def _one_request(doc: object) -> str | None:
         str(k) for k, v in doc.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     ]
     return _requests_said([str(k) for k in doc], timed_among=numbers)
+
+
+def unsent_records_refusal(keys: list[str], unit: str) -> str | None:
+    """Why records of the generic format's names but no send time cannot be read: a header
+    (or a first record) with a measured time, no ``arrival_s`` and no key naming a send, as a
+    home-made harness's ``runs/*.csv`` and ``*.jsonl`` (github.com/llm-serving-lab/vllm-benchmark
+    86449c9: ``request_id, prompt, ttft_ms, tpot_ms, total_ms, ..., input_tokens,
+    output_tokens``), which kvbudget told to map a ``prompt_tokens`` column, though no column
+    would give the send time it needs next; None for anything else."""
+    names = [k.strip() for k in keys]
+    if {"arrival_s", "ttft_s", "e2e_s"} & set(names) or any(
+        SEND_WORDS.intersection(_words(k)) for k in names
+    ):
+        return None  # the generic format's own times (its refusal names what is missing)
+    said = _requests_said(names)
+    if said is None:
+        return None
+    return f"holds per-request results, one a {unit}, in a layout of no tool kvbudget reads ({said}"
 
 
 def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:

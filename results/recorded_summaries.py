@@ -82,6 +82,11 @@ _RECORD_A_SERVED_RUN = ("record a run against a server with a tool kvbudget read
                         "(docs/recordings.md), e.g. vllm bench serve --save-result "
                         "--save-detailed")
 
+_OFFLINE_VLLM = ("a vLLM offline {what} result (--output-json of benchmarks/benchmark_{what}.py, "
+                 "or of vllm bench {what}, its successor since vLLM PR #16508 of April 2025)")
+"""Who wrote an offline vLLM result: the keys of both writers are the same, and a file of
+February 2025 was called a result of a command that did not exist yet."""
+
 EVALSCOPE_SUMMARY_KEYS = (("Time taken for tests (s)", "Number of concurrency"),
                           ("Test Duration (s)", "Concurrency"))
 """The first keys of evalscope perf's ``benchmark_summary.json``: before and after its
@@ -94,18 +99,20 @@ _EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it: pass
 def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of a result that times no request sent to a server: an engine benchmark run
     offline (vLLM's ``bench latency`` / ``bench throughput --output-json``, vllm/benchmarks/
-    latency.py and throughput.py of vLLM 0.32.0; SGLang's ``bench_one_batch``,
+    latency.py and throughput.py of vLLM 0.32.0, moved there by vLLM PR #16508 (April 2025)
+    from the scripts ``benchmarks/benchmark_latency.py`` and ``benchmark_throughput.py``, whose
+    ``--output-json`` wrote the same keys, so a file cannot tell which wrote it; SGLang's ``bench_one_batch``,
     ``bench_one_batch_server`` and ``bench_offline_throughput`` result lines,
     sgl-project/sglang python/sglang/bench_one_batch.py at fe867456,
     bench_one_batch_server.py at b23a42fc, bench_offline_throughput.py at 00d02fb4;
     llama.cpp's ``llama-bench -o json|jsonl``: ``avg_ts`` of a prompt or generation test)."""
     keys = set(doc)
     if {"avg_latency", "latencies", "percentiles"} <= keys:
-        return ("is a vllm bench latency result (--output-json): the time of one batch run "
+        return (f"is {_OFFLINE_VLLM.format(what='latency')}: the time of one batch run "
                 "offline, repeated; no request was sent to a server, so there is no load to "
                 f"replay; {_RECORD_A_SERVED_RUN}")
     if {"elapsed_time", "num_requests", "requests_per_second"} <= keys:
-        return ("is a vllm bench throughput result (--output-json): totals of an offline run "
+        return (f"is {_OFFLINE_VLLM.format(what='throughput')}: totals of an offline run "
                 "(every request handed to the engine at once, none timed); no load to replay; "
                 f"{_RECORD_A_SERVED_RUN}")
     if {"run_name", "batch_size", "input_len", "output_len"} <= keys:

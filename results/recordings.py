@@ -76,8 +76,10 @@ from typing import Any
 from kvbudget.results.recorded_aggregates import (
     aggregate_object_refusal,
     aggregate_table_refusal,
+    dataset_header_refusal,
     dataset_refusal,
     unknown_requests_refusal,
+    unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_dirs import inference_perf_prometheus_refusal, tool_dir_refusal
@@ -123,6 +125,7 @@ from kvbudget.results.recording import (
 )
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.traces.load import detect_format
 
 __all__ = [  # the recording's types, read here with the readers (kvbudget.results.recording)
     "COMPLETED_WORDS",
@@ -227,7 +230,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     for hit, problem in refusals:
         if hit:
             raise TraceError(path, problem)
-    if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc):
+    if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc) or _spans_lines(path):
         aggregates = (
             aggregate_object_refusal(doc)
             or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
@@ -235,6 +238,9 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         )
         if aggregates:
             raise TraceError(path, aggregates)
+        trace = trace_refusal(path)
+        if trace:
+            raise TraceError(path, trace)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
         raise TraceError(
             path,
@@ -243,6 +249,22 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
             f"({', '.join(RECORDING_FORMATS)})",
         )
     return "records"
+
+
+def _spans_lines(path: Path) -> bool:
+    """Whether the file's first JSON value goes on past its first line (a document indented
+    over many lines), which no file of generic records is (one record a line): a run's
+    document whose totals share a generic column's name (a home-made harness's
+    ``output_tokens`` beside its ``per_request`` list, github.com/sgl-project/sglang ec0eaf2
+    ``benchmark/kernels/moe_tp_ep/results/a3-2026-09-16/e2e/deepep_r1_in1024.json``) was read
+    as generic records and told "line 1: not valid JSON", though it is valid JSON."""
+    with path.open("rb") as fh:
+        first = fh.readline(1 << 16).strip()
+    try:
+        json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return True
+    return False
 
 
 def _detect_list(path: Path) -> str:
@@ -364,21 +386,84 @@ def read_recording(
     if fmt == "run":
         return read_run_dir(path, default_tier)
     if fmt == "records":
-        if not columns and path.suffix.lower() == ".csv":
-            refuse_aggregate_table(path)
+        if not columns:
+            refuse_unreadable_records(path)
         return read_records(path, columns or {}, default_tier, max_output)
     return _read_tool_file(path, fmt, default_tier, seed, max_output)
 
 
 def refuse_aggregate_table(path: Path) -> None:
     """Refuse a CSV of aggregate figures (its header's columns statistics, none a request's:
-    Locust's ``*_stats.csv``) in one line, before the generic format misses its first column
-    (``kvbudget report`` asks it too of a file given for a run directory)."""
+    Locust's ``*_stats.csv``), or a CSV input dataset (prompts to send, no times), in one line,
+    before the generic format misses its first column (``kvbudget report`` asks it too of a
+    file given for a run directory, ``trace convert`` of a CSV no trace format reads); a CSV
+    given with ``--column`` mappings is not asked."""
     with path.open("rb") as fh:
         first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
-    aggregates = aggregate_table_refusal(first.strip().split(","))
+    header = first.strip().split(",")
+    aggregates = (
+        aggregate_table_refusal(header)
+        or dataset_header_refusal(header)
+        or trace_refusal(path)
+        or unsent_records_refusal(header, "row")
+    )
     if aggregates:
         raise TraceError(path, aggregates, line=1)
+
+
+def refuse_unreadable_records(path: Path) -> None:
+    """Refuse, in one line, a file the generic records format would be asked to read (none
+    given ``--column`` mappings) whose header or first record says it holds no records: a CSV
+    of aggregates, an input dataset, a trace, per-request results with no send time
+    (``kvbudget report`` and ``trace convert`` ask it too)."""
+    if not path.is_file():
+        return
+    if path.suffix.lower() == ".csv":
+        refuse_aggregate_table(path)
+    else:
+        _refuse_unsent_lines(path)
+
+
+def _refuse_unsent_lines(path: Path) -> None:
+    """Refuse JSON lines of per-request results with no send time (:func:`unsent_records_
+    refusal`, the keys of their first 8 records: AIBrix's client writes ``start_time`` on its
+    streamed requests' lines only) in one line, before the generic format misses a field."""
+    keys: dict[str, None] = {}
+    with path.open("rb") as fh:
+        for _ in range(8):
+            line = fh.readline(1 << 16).strip()
+            if not line:
+                break
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                return
+            if not isinstance(record, dict):
+                return
+            keys.update(dict.fromkeys(str(k) for k in record))
+    said = unsent_records_refusal(list(keys), "line") if keys else None
+    if said:
+        raise TraceError(path, said, line=1)
+
+
+def trace_refusal(path: Path) -> str | None:
+    """Why a trace one of kvbudget's trace formats reads (not the generic one, whose records
+    may carry measured times) is not a recording: requests to send, none measured. Mooncake's
+    (github.com/kvcache-ai/Mooncake a2a4b18 ``FAST25-release/traces/conversation_trace.jsonl``:
+    ``timestamp``, ``input_length``, ``output_length``, ``hash_ids``) was told "cannot tell the
+    recording format ...; pass a format", an Azure trace to map its ``TIMESTAMP`` as
+    ``arrival_s``, though neither holds a time to validate against. None for anything else."""
+    try:
+        fmt = detect_format(path)
+    except (TraceError, OSError, ValueError):
+        return None
+    if fmt == "generic":
+        return None
+    return (
+        f"is a trace of the {fmt} format (requests to send, none with a measured TTFT or E2E), "
+        "not a recording: simulate it (kvbudget simulate --trace FILE), or replay it against "
+        "the server with a load tool and pass the result the tool wrote (docs/recordings.md)"
+    )
 
 
 def _read_tool_file(

@@ -239,6 +239,13 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
     # a home-made benchmark's JSON of aggregates (recorded_aggregates), as validate says it
     ("bench.json", json.dumps({"mean_ttft_ms": 12.0, "p99_ttft_ms": 30.1, "throughput": 5.2}),
      "it holds aggregate figures (mean_ttft_ms, p99_ttft_ms, throughput), not per-request"),
+    # per-request results of no tool kvbudget reads (a home-made harness's list: a refusal
+    # that says what the file "holds"), which report told "not a run directory (a file, not a
+    # directory)"
+    ("results.json", json.dumps([{"request_id": "a", "ttft_ms": 12.0, "latency_ms": 100.0,
+                                  "prompt_tokens": 10, "completion_tokens": 5}]),
+     "it holds 1 per-request result(s) in a layout of no tool kvbudget reads (ttft_ms, "
+     "latency_ms, request_id, ...), with no send time among their keys"),
 ])
 def test_report_of_a_file_kvbudget_cannot_read_says_what_it_is(
         tmp_path: Path, name: str, text: str, what: str) -> None:

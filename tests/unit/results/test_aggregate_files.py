@@ -332,3 +332,91 @@ def test_a_csv_of_one_row_a_metric_is_said_to_be_aggregates(tmp_path: Path) -> N
         "performance holds it" in said
     )
     assert NEEDS in said and "missing column" not in said
+
+
+# LMCache's benchmarks/long_doc_qa/long_doc_qa.py --json-output summary: the query round's mean
+# TTFT and each round's duration over its prompts; the published file is github.com/LMCache/
+# LMCache 989cf451465c57d3f8c5e7d6718ee2cdb7b5ae0f benchmarks/long_doc_qa/async-20260723.json
+# (Apache-2.0), as below; later versions add the run's settings and its warmup round's request
+# ids. kvbudget told it "cannot tell the recording format ...; pass a format (records, run, ...)"
+LMCACHE_LONG_DOC_QA = {
+    "query_ttft_per_prompt": 8.241159355640411,
+    "query_round_time_per_prompt": 0.9524147152900696,
+    "warmup_round_time_per_prompt": 1.5416658520698547,
+}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"document_length": 10000, "num_documents": 8, "warmup_request_ids": ["r0", "r1", "r2"]},
+    ],
+)
+def test_lmcache_long_doc_qa_averages_are_said_to_be_aggregates(
+    tmp_path: Path, extra: dict[str, Any]
+) -> None:
+    path = tmp_path / "async-20260723.json"
+    path.write_text(json.dumps({**LMCACHE_LONG_DOC_QA, **extra}) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "holds aggregate figures (query_ttft_per_prompt, query_round_time_per_prompt, " in str(
+        err.value
+    )
+    assert NEEDS in str(err.value)
+
+
+def test_per_request_lists_of_figures_are_not_aggregates(tmp_path: Path) -> None:
+    # a list of numbers (or of objects) beside statistics is a tool's per-request list: the file
+    # is not refused as aggregates (a list of names, as above, is no such list)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"mean_ttft_ms": 1.0, "p99_ttft_ms": 2.0, "ttfts": [0.1, 0.2]}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "holds aggregate figures" not in str(err.value)
+
+
+def _point(cc: int, req_s: float, ttft_ms: float) -> dict[str, Any]:
+    return {
+        "cc": cc,
+        "req_s": req_s,
+        "input_tok_s": 87002.5,
+        "ttft_mean_ms": ttft_ms,
+        "ttft_p50_ms": ttft_ms,
+        "ttft_p99_ms": ttft_ms + 4.1,
+        "duration_s": 7.06,
+        "requests_sent": 200,
+        "requests_completed": 200,
+        "errors": 0,
+    }
+
+
+def test_a_sweeps_points_in_lists_of_objects_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # github.com/sgl-project/sglang fd67a1b benchmark/amd_mi350x_prefill/data/
+    # gpt-oss-120b-quark-w4a8.json's layout (Apache-2.0; its notes and build cut): a sweep's
+    # points under runs[].points[], each a concurrency's figures from bench_serving; kvbudget
+    # told it "cannot tell the recording format ...; pass a format (records, run, ...)"
+    doc = {
+        "model": "gpt-oss-120b (Quark W4A8)",
+        "tp": 1,
+        "hardware": "MI350X gfx950",
+        "notes": ["Optimal config only.", "Measurement windows are short."],
+        "runs": [
+            {
+                "arm": "optimal-prefill-graph-fused-pad",
+                "client_command": "python3 -m sglang.bench_serving --backend sglang ...",
+                "page_size": 64,
+                "points": [_point(1, 28.33, 35.15), _point(2, 32.45, 61.03)],
+            },
+            {"arm": "eager", "page_size": 64, "points": [_point(1, 20.1, 60.2)]},
+        ],
+    }
+    path = tmp_path / "gpt-oss-120b-quark-w4a8.json"
+    path.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures (runs[0].points[0].req_s, runs[0].points[0].input_tok_s, " in said
+    )
+    assert NEEDS in said

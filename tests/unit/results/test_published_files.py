@@ -399,7 +399,7 @@ def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
     # vllm bench throughput --output-json, written by the real tool
     # (scripts/make_recording_fixtures.sh vllm-offline)
     throughput = FIXTURES / "vllm-bench-0.32.0" / "offline" / "throughput.json"
-    with pytest.raises(TraceError, match="is a vllm bench throughput result"):
+    with pytest.raises(TraceError, match="is a vLLM offline throughput result"):
         read_recording(throughput)
     # vllm bench latency --output-json (vllm/benchmarks/latency.py of vLLM 0.32.0, main: the
     # keys avg_latency, latencies, percentiles), which cannot run on the fixtures' tiny model
@@ -407,8 +407,32 @@ def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
     latency.write_text(json.dumps({"avg_latency": 1.23, "latencies": [1.22, 1.24],
                                    "percentiles": {"10": 1.22, "50": 1.23, "99": 1.24}},
                                   indent=4))
-    with pytest.raises(TraceError, match="is a vllm bench latency result"):
+    with pytest.raises(TraceError, match="is a vLLM offline latency result"):
         read_recording(latency)
+
+
+@pytest.mark.parametrize(("script", "doc"), [
+    # benchmarks/benchmark_throughput.py --output-json before vllm bench throughput existed
+    # (vLLM PR #16508, April 2025): results = {elapsed_time, num_requests, total_num_tokens,
+    # requests_per_second, tokens_per_second}, json.dump(..., indent=4); a February 2025 run
+    ("throughput", {"elapsed_time": 35.21, "num_requests": 1000, "total_num_tokens": 500000,
+                    "requests_per_second": 28.4, "tokens_per_second": 14204.5}),
+    # benchmarks/benchmark_latency.py --output-json: avg_latency, latencies, percentiles
+    ("latency", {"avg_latency": 1.23, "latencies": [1.22, 1.24],
+                 "percentiles": {"10": 1.22, "50": 1.23, "99": 1.24}}),
+])
+def test_vllm_offline_scripts_results_name_the_script_and_the_command(
+        tmp_path: Path, script: str, doc: dict[str, object]) -> None:
+    # both write the same keys, so the file cannot tell which: a February 2025 script's output
+    # was called "a vllm bench throughput result", a command that did not exist when it ran
+    path = tmp_path / f"{script}.json"
+    path.write_text(json.dumps(doc, indent=4))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    said = str(info.value)
+    assert said.startswith(f"{path}: is a vLLM offline {script} result (--output-json of "), said
+    assert f"benchmarks/benchmark_{script}.py" in said and f"vllm bench {script}" in said
+    assert "no load to replay" in said
 
 
 @pytest.mark.parametrize("first_line", [
