@@ -169,3 +169,23 @@ def test_inference_perf_sweep_stages_read_to_its_own_summary_and_its_probe_is_sa
     alone = read_recording(tmp_path / path.name)
     assert not [n for n in alone.notes if n.startswith("load.sweep")]
     assert alone.stages == rec.stages
+
+
+@pytest.mark.parametrize(
+    ("folder", "said"),
+    [
+        (RUNS, "holds 2 AIPerf run(s) in its folders"),
+        (IP_SWEEP, "is inference-perf's output directory"),
+    ],
+)
+def test_report_of_a_load_tools_folder_names_the_file_to_pass(
+    tmp_path: Path, folder: Path, said: str
+) -> None:
+    """report of a load tool's output folder said "not a run directory (requests.parquet is
+    missing)", naming neither the tool nor its file, where report of one of its files names
+    the tool and validate --records."""
+    res = CliRunner().invoke(app, ["report", str(folder), "--out", str(tmp_path / "r")])
+    err = " ".join(res.stderr.split())
+    assert res.exit_code != 0
+    assert said in err and "report takes the simulated run that validate --records" in err, err
+    assert "requests.parquet is missing" not in err
