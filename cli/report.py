@@ -36,19 +36,26 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         if folder and said.startswith("is not a kvbudget run directory"):
             return  # a folder of other files (a study's): the run reader names the runs in it
         if said.startswith(("is ", "holds ")):  # the refusal says what the file or folder is
-            raise CliError(f"{flag}{path}: " + (
-                f"{said}; report takes the simulated run that validate --records FILE --out "
-                "DIR writes to DIR/sim" if folder else f"not a run directory: it {said}")
+            raise CliError(
+                f"{flag}{path}: "
+                + (
+                    f"{said}; report takes the simulated run that validate --records FILE --out "
+                    "DIR writes to DIR/sim"
+                    if folder
+                    else f"not a run directory: it {said}"
+                )
             ) from None
         return
     except OSError:
         return
     if fmt in ("records", "run"):
         return
-    raise CliError(f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
-                   f"kvbudget validate --records {path} --out DIR compares a simulation of it "
-                   "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
-                   "DIR/sim, which report takes")
+    raise CliError(
+        f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
+        f"kvbudget validate --records {path} --out DIR compares a simulation of it "
+        "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
+        "DIR/sim, which report takes"
+    )
 
 
 def report_cmd(
@@ -66,8 +73,9 @@ def report_cmd(
         Path | None,
         typer.Option("--measured", help="A measured run (live replay) to compare each run with."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", min=0,
-                                      help="Seed of the bootstrap intervals.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, help="Seed of the bootstrap intervals.")
+    ] = 0,
 ) -> None:
     """Write one self-contained HTML report (figures embedded) and PNGs for one or more runs."""
     with user_errors():
@@ -78,8 +86,7 @@ def report_cmd(
             _refuse_recording(measured, "--measured: ")
         bar = Bar("report", None, unit="step")
         try:
-            report = build_report(run_dirs, out, measured=measured, seed=seed,
-                                  progress=bar.set)
+            report = build_report(run_dirs, out, measured=measured, seed=seed, progress=bar.set)
         finally:
             bar.close()
     typer.echo(f"wrote {report.html_path} and {len(report.png_paths)} PNG files in {out}")

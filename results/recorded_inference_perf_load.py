@@ -121,15 +121,19 @@ def sweep_note(config: Any) -> str | None:
     if not isinstance(sweep, dict):
         return None
     num, timeout = sweep.get("num_requests"), sweep.get("timeout")
-    sent = (f"{num} requests over {SWEEP_PROBE_S:g} s" if _whole(num)
-            else "its probe requests")
-    cut = (f", its requests cancelled at its timeout {timeout:g} s if still running"
-           if isinstance(timeout, int | float) and not isinstance(timeout, bool) else "")
-    return (f"load.sweep (the run's config.yaml): inference-perf first sent a saturation probe "
-            f"of {sent} (stage -1{cut}; loadgen/load_generator.py, preprocess), which its "
-            "reports leave out, and set its stages' rates from 1 req/s up to the saturation it "
-            "measured: the probe is not simulated (it ended before the first stage began), so "
-            "what it left on the server, a prefix cache's entries, is not either")
+    sent = f"{num} requests over {SWEEP_PROBE_S:g} s" if _whole(num) else "its probe requests"
+    cut = (
+        f", its requests cancelled at its timeout {timeout:g} s if still running"
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        else ""
+    )
+    return (
+        f"load.sweep (the run's config.yaml): inference-perf first sent a saturation probe "
+        f"of {sent} (stage -1{cut}; loadgen/load_generator.py, preprocess), which its "
+        "reports leave out, and set its stages' rates from 1 req/s up to the saturation it "
+        "measured: the probe is not simulated (it ended before the first stage began), so "
+        "what it left on the server, a prefix cache's entries, is not either"
+    )
 
 
 def worker_cap(config: Any) -> WorkerCap | None:
