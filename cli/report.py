@@ -9,6 +9,7 @@ from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
 from kvbudget.results.recordings import detect_recording_format, refuse_unreadable_records
+from kvbudget.results.run_result import REQUESTS_FILE
 from kvbudget.workloads.errors import TraceError
 
 
@@ -19,16 +20,31 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
     A file kvbudget names but cannot read (a tool's aggregates: genai-perf's summary, k6's
     output) was told the same bare line; it is now told what the file is and what to pass,
     as ``validate --records`` tells it, the CSV and JSON files of aggregate figures (Locust's
-    ``*_stats.csv``: ``results.recorded_aggregates``) among them."""
-    if not path.is_file():
+    ``*_stats.csv``: ``results.recorded_aggregates``) among them. A load tool's output folder
+    (AIPerf's artifact directory, its ``--num-profile-runs`` folder, inference-perf's reports)
+    was told "not a run directory (requests.parquet is missing)": it is named with the file in
+    it to pass to ``validate --records``."""
+    folder = path.is_dir()
+    if (folder and (path / REQUESTS_FILE).exists()) or not (folder or path.is_file()):
         return
     try:
         fmt = detect_recording_format(path)
         if fmt == "records":
             refuse_unreadable_records(path)
     except TraceError as exc:
-        if exc.problem.startswith(("is ", "holds ")):  # the refusal says what the file is
-            raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None
+        said = exc.problem
+        if folder and said.startswith("is not a kvbudget run directory"):
+            return  # a folder of other files (a study's): the run reader names the runs in it
+        if said.startswith(("is ", "holds ")):  # the refusal says what the file or folder is
+            raise CliError(
+                f"{flag}{path}: "
+                + (
+                    f"{said}; report takes the simulated run that validate --records FILE --out "
+                    "DIR writes to DIR/sim"
+                    if folder
+                    else f"not a run directory: it {said}"
+                )
+            ) from None
         return
     except OSError:
         return

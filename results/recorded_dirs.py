@@ -71,13 +71,17 @@ def _listed(paths: list[Path], base: Path) -> str:
 
 
 def _per_request(path: Path) -> str | None:
-    """The per-request files of a known tool in ``path`` or one folder down, named."""
+    """The per-request files of a known tool in ``path``, one folder down (a sweep's runs:
+    AIPerf's ``rate_4.0/``...) or else two (AIPerf's ``--num-profile-runs``:
+    ``profile_runs/run_0001/``...), named."""
     here = [path / n for n in PER_REQUEST_FILES if (path / n).is_file()]
     if here:
         tool = PER_REQUEST_FILES[here[0].name]
         return (f"is {tool}'s output directory, not a kvbudget run directory (no "
                 f"{REQUESTS_FILE}): pass its per-request file, --records {here[0]}")
-    below = sorted(p for n in PER_REQUEST_FILES for p in path.glob(f"*/{n}") if p.is_file())
+    below = next((found for depth in ("*/", "*/*/")
+                  if (found := sorted(p for n in PER_REQUEST_FILES
+                                      for p in path.glob(f"{depth}{n}") if p.is_file()))), [])
     if not below:
         return None
     tool = PER_REQUEST_FILES[below[0].name]

@@ -122,8 +122,6 @@ class _Columns:
     models: set[str] = field(default_factory=set)
     num_counted_by_chunks: int = 0
     ramp_holds: dict[str, float] = field(default_factory=dict)
-    no_cooldown: set[str] = field(default_factory=set)
-    """The stages whose benchmark set no cool-down (:func:`_no_cooldown`)."""
 
 
 def load_report(path: Path) -> Any:
@@ -423,17 +421,14 @@ def _after_window_said(num: int) -> str:
             "not cool-down requests")
 
 
-def _window_notes(status: list[str], stages: list[str], no_cooldown: set[str],
-                  counts: dict[str, int]) -> list[str]:
+def _window_notes(status: list[str], counts: dict[str, int]) -> list[str]:
     """Count (into ``counts``) and say the requests outside GuideLLM's measurement windows
-    (``status`` and ``stages`` in workload order): warm-up, cool-down, those sent after the
-    window of a benchmark that set no cool-down (``no_cooldown``: their stages) and those sent
-    after a time limit."""
+    (``status`` in workload order): warm-up, cool-down, those sent after the window of a
+    benchmark that set no cool-down (``after_window``) and those sent after a time limit."""
     notes = []
     counts["num_warmup"] = status.count("warmup")
-    outside = counts["num_after_window"] = sum(
-        s == "cooldown" and st in no_cooldown for s, st in zip(status, stages, strict=True))
-    counts["num_cooldown"] = status.count("cooldown") - outside
+    outside = counts["num_after_window"] = status.count("after_window")
+    counts["num_cooldown"] = status.count("cooldown")
     if counts["num_warmup"] or counts["num_cooldown"]:
         notes.append(f"{counts['num_warmup']} warm-up and {counts['num_cooldown']} cool-down "
                      "requests simulated (they loaded the server) and left out of the measured "
@@ -455,7 +450,8 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                  after: str = "cooldown") -> bool:
     """Append one request; False when it cannot be simulated (no prompt length). ``after``:
     the status of a request started after the measurement window (``after_limit`` where the
-    window's end is a time limit's, not a cool-down's)."""
+    window's end is a time limit's, ``after_window`` where the benchmark set no cool-down, else
+    ``cooldown``)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", field=where)
     timings = dig(req, "info", "timings") or dig(req, "scheduler_info") or {}
@@ -770,9 +766,7 @@ def read_guidellm(path: Path, default_tier: str,
         # accumulator.py: measure_end is request_end, the scheduler's progress.stop_time);
         # what its workers had queued goes out after it
         after = ("after_limit" if stop is not None and not bench.get("cooldown_duration")
-                 else "cooldown")
-        if _no_cooldown(bench):
-            cols.no_cooldown.add(stage.label)
+                 else "after_window" if _no_cooldown(bench) else "cooldown")
         listed: dict[str, int] = {}
         first = len(cols.start)
         for kind in KINDS:
@@ -850,8 +844,7 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         raise TraceError(path, f"the request ends ({e2e[i]:g} s after its start) before its "
                          f"first token ({ttft[i]:g} s)", field=f"{cols.where[i]}.request_end_time")
     status = [cols.status[r] for r in rows.tolist()]
-    notes.extend(_window_notes(status, [cols.stage[r] for r in rows.tolist()],
-                               cols.no_cooldown, counts))
+    notes.extend(_window_notes(status, counts))
     config = _config(path, benchmarks, doc, cols)
     notes.append(synthetic or max_tokens_note(recorded, max_output_rule))
     cache = cache_note(cols.cached, cols.prompt, rows, prefix)

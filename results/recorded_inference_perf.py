@@ -60,6 +60,7 @@ from kvbudget.results.recorded_inference_perf_load import (
     WorkerCap,
     due_ticks,
     run_config,
+    sweep_note,
     trace_file,
     worker_cap,
 )
@@ -278,6 +279,7 @@ def read_inference_perf(path: Path, default_tier: str,
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
     run = run_config(path)
     _trace_replayed(trace_file(run), labels, stages, notes)
+    notes.extend(said for said in (sweep_note(run),) if said)
     cap = worker_cap(run)
     capped = _worker_capped(cap, labels, stages, notes)
     sent = start - float(start.min())
@@ -332,8 +334,7 @@ def read_inference_perf(path: Path, default_tier: str,
     # error_msg): its refusals for the model's context, said
     say_context_refusals((str(dig(req, "error", "error_msg") or "")
                           for req in doc if isinstance(req, dict)), counts, notes, config)
-    ttft = np.array([r[3] for r in rows])
-    e2e = np.array([r[4] for r in rows])
+    ttft, e2e = (np.array([r[k] for r in rows]) for k in (3, 4))
     return build_recording(path, "inference-perf", workload, ttft=ttft[order], e2e=e2e[order],
                            status=status, stage=[labels[r] for r in order.tolist()],
                            itl_mean=np.array([r[9] for r in rows])[order], config=config,

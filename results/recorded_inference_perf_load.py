@@ -107,6 +107,35 @@ def trace_file(config: Any) -> str | None:
     return file if isinstance(file, str) else ""
 
 
+SWEEP_PROBE_S = 5.0
+"""How long inference-perf's sweep sends its saturation probe over (0.7.0
+``loadgen/load_generator.py``, ``preprocess``: ``duration = 5``, at ``num_requests / duration``
+req/s, stage -1)."""
+
+
+def sweep_note(config: Any) -> str | None:
+    """What a ``load.sweep`` run (:func:`run_config`) sent that its reports leave out: the
+    saturation probe before its stages (stage -1, not in ``per_request_lifecycle_metrics.json``),
+    which ran until its requests finished or its ``timeout``; None for a run without one."""
+    sweep = dig(config, "load", "sweep")
+    if not isinstance(sweep, dict):
+        return None
+    num, timeout = sweep.get("num_requests"), sweep.get("timeout")
+    sent = f"{num} requests over {SWEEP_PROBE_S:g} s" if _whole(num) else "its probe requests"
+    cut = (
+        f", its requests cancelled at its timeout {timeout:g} s if still running"
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        else ""
+    )
+    return (
+        f"load.sweep (the run's config.yaml): inference-perf first sent a saturation probe "
+        f"of {sent} (stage -1{cut}; loadgen/load_generator.py, preprocess), which its "
+        "reports leave out, and set its stages' rates from 1 req/s up to the saturation it "
+        "measured: the probe is not simulated (it ended before the first stage began), so "
+        "what it left on the server, a prefix cache's entries, is not either"
+    )
+
+
 def worker_cap(config: Any) -> WorkerCap | None:
     """The workers' cap of the run of ``config`` (:func:`run_config`), where its load type
     runs at a rate (:data:`CAPPED_TYPES`) and both settings are whole numbers; None otherwise

@@ -47,12 +47,19 @@ COMPLETED_WORDS = frozenset({"", "completed", "complete", "ok", "success", "succ
                              "succeeded", "finished", "200"})
 """``status`` values that mean the request finished (compared lower-case)."""
 
+OUTSIDE_WINDOW_STATUSES = frozenset({"warmup", "cooldown", "after_window", "after_limit"})
+"""``status`` values of requests a load tool sent and the server answered but the tool left
+out of its measured statistics: its warm-up and cool-down, those GuideLLM sent after the
+window of a benchmark with no cool-down had closed (``after_window``) and those its workers
+sent after a time limit (``after_limit``)."""
+
 MEASURED_COLUMNS: tuple[str, ...] = ("request_id", "tier", "arrival_s", "prompt_tokens",
                                      "output_tokens", "status", "stage", "ttft_s", "tpot_s",
                                      "e2e_s", "itl_mean_s", "usable")
 """Columns of :attr:`Recording.measured` (one row per workload request, in the same order).
 ``arrival_s`` is when the request was sent (the workload's ``arrival_s``, unless a capped
-run's request waited for a slot); ``status`` is ``completed`` or what the file said (``error``, ``timeout``, ``incomplete``...);
+run's request waited for a slot); ``status`` is ``completed``, what the file said (``error``, ``timeout``, ``incomplete``...)
+or one of :data:`OUTSIDE_WINDOW_STATUSES`;
 ``usable`` is True for a completed request with a finite TTFT and E2E: the rows every measured
 statistic uses."""
 

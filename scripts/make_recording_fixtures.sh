@@ -12,16 +12,18 @@
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
 #                                                      # vllm-datasets, vllm-timed,
+#                                                      # vllm-ranges,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
-#                                                      # aiperf-warmup,
+#                                                      # aiperf-warmup, aiperf-runs,
 #                                                      # guidellm-options, guidellm-turns,
 #                                                      # guidellm-replay,
 #                                                      # inference-perf-options,
 #                                                      # inference-perf-turns,
 #                                                      # inference-perf-unstreamed,
 #                                                      # inference-perf-capped,
-#                                                      # inference-perf-trace;
+#                                                      # inference-perf-trace,
+#                                                      # inference-perf-sweep;
 #                                                      # evalscope; genai-bench;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
@@ -177,6 +179,27 @@ run_vllm_options() {
         --result-filename rampup_exp_c3.json
     "$VLLM_BIN/vllm" "${common[@]}" --random-range-ratio 0.5 --request-rate 8 \
         --result-filename range05_rate8.json
+}
+
+run_vllm_ranges() {
+    # the random dataset with a shared 16-token prefix and lengths drawn within +-50 %
+    # (--random-prefix-len with --random-range-ratio: each prompt is the prefix and 16 to 48
+    # random tokens, each output 8 to 24 tokens, vLLM 0.32.0 datasets.py RandomDataset), sent
+    # on a linear ramp from 2 to 12 req/s (saved with request_rate "inf") and at 8 req/s, 10
+    # requests each, kept in options/ (run_vllm_options empties its own files, not these)
+    local version dest
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/options"
+    mkdir -p "$dest"
+    rm -f "$dest"/prefix16_range05_*.json
+    local common=(bench serve --backend vllm --base-url "$URL" --model tiny
+                  --tokenizer "$MODEL_DIR" --dataset-name random --random-input-len 32
+                  --random-output-len 16 --random-prefix-len 16 --random-range-ratio 0.5
+                  --num-prompts 10 --seed 0
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --ramp-up-strategy linear --ramp-up-start-rps 2 \
+        --ramp-up-end-rps 12 --result-filename prefix16_range05_rampup.json
+    "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --result-filename prefix16_range05_rate8.json
 }
 
 run_vllm_datasets() {
@@ -475,6 +498,37 @@ run_aiperf_warmup() {
     keep_aiperf a19 concurrency4_warmup4c1
 }
 
+run_aiperf_runs() {
+    # AIPerf's own repeats and sweeps, each a folder of runs: --num-profile-runs 2 (a closed
+    # loop of 2 users, 10 requests, its 2 warm-up requests in the first run only:
+    # --profile-run-disable-warmup-after-first is on by default), kept as
+    # runs2_concurrency2/profile_runs/run_000N/; a list of rates, --request-rate 4,8 (a sweep
+    # of two open loops), kept as sweep_rate4_8/rate_R/: each run's records and summary (the
+    # aggregates across runs, aggregate/ and sweep_aggregate/, are left out)
+    local py dest run
+    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
+    local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
+                  --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
+                  --extra-inputs ignore_eos:true --random-seed 0 --ui-type none
+                  --request-count 10)
+    "$py" -m aiperf "${common[@]}" --concurrency 2 --warmup-request-count 2 \
+        --num-profile-runs 2 --artifact-dir "$WORK/a20"
+    "$py" -m aiperf "${common[@]}" --request-rate 4,8 --artifact-dir "$WORK/a21"
+    dest="$OUT/aiperf-$AIPERF_VERSION/runs2_concurrency2"
+    rm -rf "$dest"
+    for run in "$WORK"/a20/profile_runs/run_*; do
+        mkdir -p "$dest/profile_runs/${run##*/}"
+        cp "$run/profile_export.jsonl" "$run/profile_export_aiperf.json" \
+            "$dest/profile_runs/${run##*/}/"
+    done
+    dest="$OUT/aiperf-$AIPERF_VERSION/sweep_rate4_8"
+    rm -rf "$dest"
+    for run in "$WORK"/a21/rate_*; do
+        mkdir -p "$dest/${run##*/}"
+        cp "$run/profile_export.jsonl" "$run/profile_export_aiperf.json" "$dest/${run##*/}/"
+    done
+}
+
 run_aiperf_prefix() {
     # prompts that begin with one of 2 prefix prompts of 16 tokens (--num-prefix-prompts
     # --prefix-prompt-length): kept in their own directory with the inputs.json AIPerf writes
@@ -664,6 +718,53 @@ EOF
         --config_file "$WORK/ip-conc.yaml")
     mkdir -p "$dest/concurrent"
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
+}
+
+run_inference_perf_sweep() {
+    # load.sweep: inference-perf first runs a saturation probe (stage -1: num_requests sent
+    # over 5 s, cut at timeout) that its reports leave out, then num_stages constant stages of
+    # stage_duration at rates spaced (linear) from 1 req/s to the saturation it measured
+    # (0.7.0 loadgen/load_generator.py, preprocess); kept with its config.yaml in sweep/
+    local py dest
+    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
+    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/sweep"
+    mkdir -p "$dest"
+    rm -f "$dest"/*
+    cat >"$WORK/ip-sweep.yaml" <<EOF
+load:
+  type: constant
+  sweep:
+    type: linear
+    num_requests: 40
+    timeout: 8
+    num_stages: 2
+    stage_duration: 2
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: tiny
+  base_url: $URL
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: $MODEL_DIR
+data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+report:
+  request_lifecycle:
+    summary: true
+    per_stage: true
+    per_request: true
+storage:
+  local_storage:
+    path: $WORK/ip-sweep
+EOF
+    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-sweep.yaml")
+    cp "$WORK"/ip-sweep/*.json "$WORK"/ip-sweep/config.yaml "$dest/"
 }
 
 run_inference_perf_unstreamed() {
@@ -1062,12 +1163,12 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
-                                    aiperf-rate-series aiperf-prefix aiperf-warmup
+                                    aiperf-rate-series aiperf-prefix aiperf-warmup aiperf-runs
                                     inference-perf inference-perf-options inference-perf-turns
-                                    inference-perf-capped inference-perf-trace
+                                    inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
                                     evalscope genai-bench vllm-otel)
 for tool in "${TOOLS[@]}"; do
@@ -1079,6 +1180,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-options) run_vllm_options ;;
     vllm-datasets) run_vllm_datasets ;;
     vllm-timed) run_vllm_timed ;;
+    vllm-ranges) run_vllm_ranges ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
@@ -1095,10 +1197,12 @@ for tool in "${TOOLS[@]}"; do
     aiperf-rate-series) run_aiperf_rate_series ;;
     aiperf-prefix) run_aiperf_prefix ;;
     aiperf-warmup) run_aiperf_warmup ;;
+    aiperf-runs) run_aiperf_runs ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-capped) run_inference_perf_capped ;;
     inference-perf-trace) run_inference_perf_trace ;;
+    inference-perf-sweep) run_inference_perf_sweep ;;
     inference-perf-turns) run_inference_perf_turns ;;
     inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;

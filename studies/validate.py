@@ -45,6 +45,7 @@ from kvbudget.analysis.whole_answer import (
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
+from kvbudget.results.recording import OUTSIDE_WINDOW_STATUSES
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
 from kvbudget.results.said import setting_lines
@@ -279,9 +280,13 @@ def served_refusals(recording: Recording, simulated: pd.DataFrame,
     a gateway or the server, failed; of ``rows``) the simulation completed, by the recorded
     status, or None when it completed none: the comparison takes only the requests the
     recording completed, so these are seen nowhere else, though they loaded the simulated
-    server and not the real one."""
+    server and not the real one. Requests the tool left out of its measurements though the
+    server answered them (:data:`OUTSIDE_WINDOW_STATUSES`: warm-up, cool-down...) loaded both
+    servers and are said by the recording's notes, not here."""
     measured = recording.measured
-    refused = (measured["status"] != "completed").to_numpy(dtype=bool)
+    status = measured["status"].astype(str)
+    refused = ((status != "completed") & ~status.isin(OUTSIDE_WINDOW_STATUSES)).to_numpy(
+        dtype=bool)
     if rows is not None:
         refused = refused & np.asarray(rows, dtype=bool)
     ids = measured["request_id"].to_numpy()[refused]

@@ -12,7 +12,12 @@ import kvbudget.workloads.traces._tabular as _tabular
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.traces._csv import split_header
-from kvbudget.workloads.traces._files import check_readable, file_facts, is_servegen_path
+from kvbudget.workloads.traces._files import (
+    SERVEGEN_CHUNK,
+    check_readable,
+    file_facts,
+    is_servegen_path,
+)
 from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
 from kvbudget.workloads.traces._servegen import load_servegen
 from kvbudget.workloads.traces.options import FORMATS, TraceOptions
@@ -87,6 +92,10 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     """The format of a trace file, from its name, its first bytes and its header."""
     path = Path(path)
     if is_servegen_path(path):
+        if path.is_dir() and not any(SERVEGEN_CHUNK.search(p.name) for p in path.iterdir()):
+            # a load tool's output folder, say, is no trace: callers that read recordings
+            # refuse it by their own reason (which names the file to pass)
+            raise TraceError(path, "holds no ServeGen chunk-N-trace.csv files")
         return "servegen"
     check_readable(path)
     with path.open("rb") as fh:

@@ -18,7 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from kvbudget.cli.main import app
 from kvbudget.results.recordings import RecordedStage, read_recording
 
 SWEEP = (
@@ -30,9 +32,9 @@ SWEEP = (
 )
 
 
-def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_called_cool_down(
-    tmp_path: Path,
-) -> None:
+def _window_moved(tmp_path: Path) -> Path:
+    """The real sweep report with its first benchmark's window closed at its first request's
+    end, as GuideLLM closed a real run's (see the module's docstring)."""
     doc = json.loads(SWEEP.read_text())
     bench = doc["benchmarks"][0]
     assert bench["config"]["cooldown"]["percent"] is None and not bench["cooldown_duration"]
@@ -43,8 +45,15 @@ def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_call
     assert second["info"]["timings"]["request_start"] > first["info"]["timings"]["request_end"]
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(doc))
-    rec = read_recording(path)
+    return path
+
+
+def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_called_cool_down(
+    tmp_path: Path,
+) -> None:
+    rec = read_recording(_window_moved(tmp_path))
     assert (rec.counts["num_after_window"], rec.counts["num_cooldown"]) == (1, 0)
+    assert (rec.measured["status"] == "after_window").sum() == 1
     assert not any("cool-down requests simulated" in n for n in rec.notes)
     assert any(
         n.startswith(
@@ -59,6 +68,46 @@ def test_requests_after_the_window_of_a_benchmark_without_cool_down_are_not_call
     # the report as GuideLLM wrote it: no request outside a window
     plain = read_recording(SWEEP)
     assert (plain.counts["num_after_window"], plain.counts["num_cooldown"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("window_moved", "1 request sent after GuideLLM's measurement window closed"),
+        (
+            "benchmarks.json",
+            "3 warm-up and 1 cool-down requests simulated (they loaded the server)",
+        ),
+    ],
+)
+def test_validate_does_not_call_requests_outside_the_window_not_completed(
+    tmp_path: Path, name: str, said: str
+) -> None:
+    """validate --records said of requests GuideLLM sent and the server answered but GuideLLM
+    left out of its window "the simulation completed 4 of the 4 requests the recording shows
+    not completed (3 warmup; 1 cooldown): they loaded the simulated server and not the real
+    one", in the reader's status words (``cooldown`` for an after-window request of a benchmark
+    with no cool-down): the real server answered them too. The recording's own note says them,
+    in words."""
+    path = _window_moved(tmp_path) if name == "window_moved" else SWEEP.parent / name
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "--records",
+            str(path),
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(tmp_path / "v"),
+        ],
+    )
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 0, err
+    assert f"note: {said}" in err
+    assert "the recording shows not completed" not in err
+    for word in ("warmup", "cooldown", "after_window"):
+        assert word not in err
 
 
 REPLAY = SWEEP.parent / "replay_trace.json"
