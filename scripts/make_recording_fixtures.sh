@@ -661,22 +661,22 @@ run_guidellm_rampup() {
         --output "kind=json,path=$dest/rampup2_concurrent4.json" --disable-console-interactive
 }
 
-run_inference_perf() {
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION"
-    mkdir -p "$dest"
-    cat >"$WORK/ip.yaml" <<EOF
-load:
-  type: constant
-  stages:
-  - rate: 8
-    duration: 2
-  - rate: 4
-    duration: 2
+# ip_config NAME LOAD [STREAMING [DATA [REQUEST_FIELDS]]]: writes $WORK/ip-NAME.yaml, an
+# inference-perf config of the load section LOAD (YAML from `load:`), the completion API
+# (streamed unless STREAMING is false), the tiny model at $URL, the data section DATA (random
+# 32-token prompts and 16-token answers unless given), every report (per_request_fields
+# REQUEST_FIELDS where given) and the output folder $WORK/ip-NAME
+IP_RANDOM_DATA='data:
+  type: random
+  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
+  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}'
+ip_config() {
+    {
+        printf '%s\n' "$2"
+        cat <<EOF
 api:
   type: completion
-  streaming: true
+  streaming: ${3:-true}
 server:
   type: vllm
   model_name: tiny
@@ -684,38 +684,47 @@ server:
   ignore_eos: true
 tokenizer:
   pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: random
-  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
+${4:-$IP_RANDOM_DATA}
 report:
   request_lifecycle:
     summary: true
     per_stage: true
     per_request: true
-storage:
-  local_storage:
-    path: $WORK/ip-out
 EOF
-    # the console script `inference-perf` is inference_perf:main_cli
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip.yaml")
+        [[ -z "${5:-}" ]] || printf '    per_request_fields: %s\n' "$5"
+        printf '%s\n' "storage:" "  local_storage:" "    path: $WORK/ip-$1"
+    } >"$WORK/ip-$1.yaml"
+}
+
+# ip_run NAME: inference-perf (its console script is inference_perf:main_cli) on
+# $WORK/ip-NAME.yaml, writing its reports to $WORK/ip-NAME
+ip_run() {
+    (cd "$WORK" && "$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)" -c \
+        "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
+        --config_file "$WORK/ip-$1.yaml")
+}
+
+# ip_dest SUBDIR: the fixture folder of an inference-perf run, made and emptied of its reports
+ip_dest() {
+    local dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION${1:+/$1}"
+    mkdir -p "$dest"
+    [[ -z "$1" ]] || rm -f "$dest"/*.json "$dest"/config.yaml
+    echo "$dest"
+}
+
+run_inference_perf() {
+    local dest
+    dest=$(ip_dest "")
+    ip_config out "$(printf '%s\n' "load:" "  type: constant" "  stages:" "  - rate: 8" \
+        "    duration: 2" "  - rate: 4" "    duration: 2")"
+    ip_run out
     cp "$WORK"/ip-out/*.json "$dest/"
     # the concurrent load type: each stage's num_requests sent over one second, at most
     # concurrency_level in flight
-    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-out#$WORK/ip-conc#" "$WORK/ip.yaml" \
-        >"$WORK/ip-conc.yaml"
-    cat >>"$WORK/ip-conc.yaml" <<EOF
-load:
-  type: concurrent
-  stages:
-  - num_requests: 10
-    concurrency_level: 2
-  - num_requests: 10
-    concurrency_level: 4
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-conc.yaml")
+    ip_config conc "$(printf '%s\n' "load:" "  type: concurrent" "  stages:" \
+        "  - num_requests: 10" "    concurrency_level: 2" "  - num_requests: 10" \
+        "    concurrency_level: 4")"
+    ip_run conc
     mkdir -p "$dest/concurrent"
     cp "$WORK"/ip-conc/*.json "$dest/concurrent/"
 }
@@ -725,86 +734,31 @@ run_inference_perf_sweep() {
     # over 5 s, cut at timeout) that its reports leave out, then num_stages constant stages of
     # stage_duration at rates spaced (linear) from 1 req/s to the saturation it measured
     # (0.7.0 loadgen/load_generator.py, preprocess); kept with its config.yaml in sweep/
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/sweep"
-    mkdir -p "$dest"
-    rm -f "$dest"/*
-    cat >"$WORK/ip-sweep.yaml" <<EOF
-load:
-  type: constant
-  sweep:
-    type: linear
-    num_requests: 40
-    timeout: 8
-    num_stages: 2
-    stage_duration: 2
-api:
-  type: completion
-  streaming: true
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: random
-  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-storage:
-  local_storage:
-    path: $WORK/ip-sweep
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-sweep.yaml")
+    local dest
+    dest=$(ip_dest sweep)
+    ip_config sweep "$(printf '%s\n' "load:" "  type: constant" "  sweep:" "    type: linear" \
+        "    num_requests: 40" "    timeout: 8" "    num_stages: 2" "    stage_duration: 2")"
+    ip_run sweep
     cp "$WORK"/ip-sweep/*.json "$WORK"/ip-sweep/config.yaml "$dest/"
 }
 
 run_inference_perf_unstreamed() {
     # api.streaming: false, inference-perf's default: the report has no output_token_times
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/unstreamed"
-    mkdir -p "$dest"
-    cat >"$WORK/ip-unstreamed.yaml" <<EOF
-load:
-  type: constant
-  stages:
-  - rate: 8
-    duration: 2
-api:
-  type: completion
-  streaming: false
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: random
-  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-storage:
-  local_storage:
-    path: $WORK/ip-unstreamed
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-unstreamed.yaml")
+    local dest
+    dest=$(ip_dest unstreamed)
+    ip_config unstreamed "$(printf '%s\n' "load:" "  type: constant" "  stages:" \
+        "  - rate: 8" "    duration: 2")" false
+    ip_run unstreamed
     cp "$WORK"/ip-unstreamed/*.json "$dest/"
+}
+
+# ip_shared_prefix GROUPS PROMPTS [MULTI_TURN]: a shared_prefix data section of GROUPS system
+# prompts of 32 tokens, PROMPTS questions of 16 tokens each, 16-token answers
+ip_shared_prefix() {
+    printf '%s\n' "data:" "  type: shared_prefix" "  shared_prefix:" "    num_groups: $1" \
+        "    num_prompts_per_group: $2" "    system_prompt_len: 32" "    question_len: 16" \
+        "    output_len: 16"
+    [[ -z "${3:-}" ]] || printf '%s\n' "    enable_multi_turn_chat: true"
 }
 
 run_inference_perf_turns() {
@@ -812,47 +766,11 @@ run_inference_perf_turns() {
     # system prompt, each request the next round of one session (its history before its
     # question), sent at 8 req/s for 2 s; a round waits for the session's round before it
     # (inference_perf/apis/user_session.py, LocalUserSession.get_context)
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/multi_turn_chat"
-    mkdir -p "$dest"
-    rm -f "$dest"/*.json "$dest"/config.yaml
-    cat >"$WORK/ip-mt.yaml" <<EOF
-load:
-  type: constant
-  stages:
-  - rate: 8
-    duration: 2
-api:
-  type: completion
-  streaming: true
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: shared_prefix
-  shared_prefix:
-    num_groups: 1
-    num_prompts_per_group: 2
-    system_prompt_len: 32
-    question_len: 16
-    output_len: 16
-    enable_multi_turn_chat: true
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-storage:
-  local_storage:
-    path: $WORK/ip-mt
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-mt.yaml")
+    local dest
+    dest=$(ip_dest multi_turn_chat)
+    ip_config mt "$(printf '%s\n' "load:" "  type: constant" "  stages:" "  - rate: 8" \
+        "    duration: 2")" true "$(ip_shared_prefix 1 2 multi-turn)"
+    ip_run mt
     cp "$WORK"/ip-mt/*.json "$WORK"/ip-mt/config.yaml "$dest/"
 }
 
@@ -864,45 +782,13 @@ run_inference_perf_capped() {
     # reports (kvbudget reads the two settings from it); the per-request entries without the
     # response and its chunks (report.request_lifecycle.per_request_fields), which kvbudget
     # does not read, to keep the file small
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/worker_capped"
-    mkdir -p "$dest"
-    rm -f "$dest"/*.json "$dest"/config.yaml
-    cat >"$WORK/ip-cap.yaml" <<EOF
-load:
-  type: constant
-  num_workers: 1
-  worker_max_concurrency: 2
-  stages:
-  - rate: 16
-    duration: 1
-api:
-  type: completion
-  streaming: true
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: random
-  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-  output_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-    per_request_fields: {response: false, response_chunks: false}
-storage:
-  local_storage:
-    path: $WORK/ip-cap
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-cap.yaml")
+    local dest
+    dest=$(ip_dest worker_capped)
+    ip_config cap "$(printf '%s\n' "load:" "  type: constant" "  num_workers: 1" \
+        "  worker_max_concurrency: 2" "  stages:" "  - rate: 16" "    duration: 1")" true \
+        "${IP_RANDOM_DATA/output_distribution: \{min: 16, max: 16, mean: 16/output_distribution: {min: 32, max: 32, mean: 32}" \
+        "{response: false, response_chunks: false}"
+    ip_run cap
     cp "$WORK"/ip-cap/per_request_lifecycle_metrics.json "$WORK"/ip-cap/stage_0_lifecycle_metrics.json \
         "$WORK"/ip-cap/config.yaml "$dest/"
 }
@@ -913,52 +799,17 @@ run_inference_perf_trace() {
     # their pace (loadgen/load_timer.py, TraceReplayLoadTimer); config.yaml is kept beside the
     # reports (kvbudget reads the load type from it); the trace itself is not kept (a trace
     # among the fixtures would be read as one)
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/trace_replay"
-    mkdir -p "$dest"
-    rm -f "$dest"/*.json "$dest"/config.yaml
-    local ms
+    local dest ms
+    dest=$(ip_dest trace_replay)
     echo "TIMESTAMP,ContextTokens,GeneratedTokens" >"$WORK/azure.csv"
     for ms in 000 050 100 500 550 600 1200 1250 1300 1900 2000 2100; do
         printf '2024-05-01 00:00:%02d.%03d000,32,16\n' $((10#$ms / 1000)) $((10#$ms % 1000)) \
             >>"$WORK/azure.csv"
     done
-    cat >"$WORK/ip-trace.yaml" <<EOF
-load:
-  type: trace_replay
-  trace:
-    file: $WORK/azure.csv
-    format: AzurePublicDataset
-  stages:
-  - rate: 12
-    duration: 1
-api:
-  type: completion
-  streaming: true
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: random
-  input_distribution: {min: 32, max: 32, mean: 32, std_dev: 0, total_count: 100}
-  output_distribution: {min: 16, max: 16, mean: 16, std_dev: 0, total_count: 100}
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-    per_request_fields: {response: false, response_chunks: false}
-storage:
-  local_storage:
-    path: $WORK/ip-trace
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-trace.yaml")
+    ip_config trace "$(printf '%s\n' "load:" "  type: trace_replay" "  trace:" \
+        "    file: $WORK/azure.csv" "    format: AzurePublicDataset" "  stages:" "  - rate: 12" \
+        "    duration: 1")" true "$IP_RANDOM_DATA" "{response: false, response_chunks: false}"
+    ip_run trace
     cp "$WORK"/ip-trace/per_request_lifecycle_metrics.json \
         "$WORK"/ip-trace/stage_0_lifecycle_metrics.json "$WORK"/ip-trace/config.yaml "$dest/"
 }
@@ -967,62 +818,19 @@ run_inference_perf_options() {
     # Poisson arrivals in two stages, prompts from shared_prefix data (one of 2 system prompts
     # of 32 tokens, then a 16-token question); its config.yaml is kept beside the reports:
     # kvbudget reads the data settings from it
-    local py dest
-    py=$(tool_venv inference-perf "$INFERENCE_PERF_VERSION" python3.12)
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/shared_prefix_poisson"
-    mkdir -p "$dest"
-    rm -f "$dest"/*.json "$dest"/config.yaml
-    cat >"$WORK/ip-sp.yaml" <<EOF
-load:
-  type: poisson
-  stages:
-  - rate: 6
-    duration: 2
-  - rate: 3
-    duration: 2
-api:
-  type: completion
-  streaming: true
-server:
-  type: vllm
-  model_name: tiny
-  base_url: $URL
-  ignore_eos: true
-tokenizer:
-  pretrained_model_name_or_path: $MODEL_DIR
-data:
-  type: shared_prefix
-  shared_prefix:
-    num_groups: 2
-    num_prompts_per_group: 4
-    system_prompt_len: 32
-    question_len: 16
-    output_len: 16
-report:
-  request_lifecycle:
-    summary: true
-    per_stage: true
-    per_request: true
-storage:
-  local_storage:
-    path: $WORK/ip-sp
-EOF
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-sp.yaml")
+    local dest dead
+    dest=$(ip_dest shared_prefix_poisson)
+    ip_config sp "$(printf '%s\n' "load:" "  type: poisson" "  stages:" "  - rate: 6" \
+        "    duration: 2" "  - rate: 3" "    duration: 2")" true "$(ip_shared_prefix 2 4)"
+    ip_run sp
     cp "$WORK"/ip-sp/*.json "$WORK"/ip-sp/config.yaml "$dest/"
     # one stage of constant load at 4 req/s for 1 s sent to a port nothing listens on: every
     # request fails (ClientConnectorError), refused by name
-    local dead
     dead=$("$VLLM_PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-    dest="$OUT/inference-perf-$INFERENCE_PERF_VERSION/all_failed"
-    mkdir -p "$dest"
-    rm -f "$dest"/*.json
-    sed -e '/^load:/,/^api:/{/^api:/!d}' -e "s#$WORK/ip-sp#$WORK/ip-dead#" \
-        -e "s#base_url: .*#base_url: http://127.0.0.1:$dead#" "$WORK/ip-sp.yaml" >"$WORK/ip-dead.yaml"
-    printf '%s\n' "load:" "  type: constant" "  stages:" "  - rate: 4" "    duration: 1" \
-        >>"$WORK/ip-dead.yaml"
-    (cd "$WORK" && "$py" -c "import sys, inference_perf; sys.argv[0] = 'inference-perf'; inference_perf.main_cli()" \
-        --config_file "$WORK/ip-dead.yaml")
+    dest=$(ip_dest all_failed)
+    URL="http://127.0.0.1:$dead" ip_config dead "$(printf '%s\n' "load:" "  type: constant" \
+        "  stages:" "  - rate: 4" "    duration: 1")" true "$(ip_shared_prefix 2 4)"
+    ip_run dead
     cp "$WORK"/ip-dead/per_request_lifecycle_metrics.json "$WORK"/ip-dead/stage_0_lifecycle_metrics.json "$dest/"
 }
 
