@@ -1077,8 +1077,14 @@ def synthetic_rate_hint(workload: Any, rate_scale: Any) -> str:
 
 
 def _add_trace_options(workload: Any, trace_options: Mapping[str, Any]) -> None:
-    """The trace options into a trace workload's ``[workload.options]`` table; refused for any
-    other workload (for a synthetic one's rate scale, naming its rate field instead)."""
+    """The trace options into a trace workload's ``[workload.options]`` table; a rate scale
+    alone into a synthetic workload's ``rate_scale`` (sweep's meaning: the drawn requests
+    offered that many times as fast, said with the run); refused for any other workload."""
+    if (isinstance(workload, dict) and workload.get("kind", "synthetic") == "synthetic"
+            and set(trace_options) == {"rate_scale"}):
+        workload["rate_scale"] = float(workload.get("rate_scale", 1.0)) * float(
+            trace_options["rate_scale"])
+        return
     if not isinstance(workload, dict) or workload.get("kind") != "trace":
         names = ", ".join(sorted(trace_options))
         raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
