@@ -381,3 +381,36 @@ def test_cli_tune_says_the_objective_and_constraints_given(tmp_path: Path) -> No
     assert ("objective: minimise interactive_ttft_p99_s; constraints: "
             "overall_slo_attainment>=0") in said, res.stdout
     assert "assumed" not in said
+
+
+def test_cli_tune_shows_the_bound_each_constraint_is_checked_on(tmp_path: Path) -> None:
+    """``kvbudget tune --param engine.max_num_seqs=16:512:int --slo interactive_ttft_p99_s<=2``
+    on the default scenario marked max_num_seqs 140 'feasible no' beside nothing of the
+    constraint: its mean p99 TTFT was 1.95 s, under the limit, and the interval's high end
+    (2.33 s), which tune checks, was nowhere on the screen. The table now shows each
+    constraint's bound, the line under it which end over how many replications, and a run
+    where nothing met the constraints names evaluations.csv among the files it wrote."""
+    from scipy import stats
+
+    scn = tmp_path / "s.toml"
+    scn.write_text(tomli_w.dumps(small_scenario(n=40, rate=8.0)))
+    out = tmp_path / "t"
+    res = CliRunner().invoke(app, [
+        "tune", "--scenario", str(scn), "--out", str(out),
+        "--param", "engine.max_num_seqs=2:8:int", "-r", "3", "--grid-points", "2",
+        "--refine-evals", "0", "--validate", "0", "-j", "1",
+        "--slo", "interactive_ttft_p99_s<=1e-6"])
+    assert res.exit_code == 1, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["inter.", "ttft", "p99", "high", "feasible"], lines[0]
+    runs = pd.read_parquet(out / "evidence.parquet")
+    for line in lines[2:4]:
+        cells = line.split()
+        x = runs.loc[runs["engine.max_num_seqs"] == int(cells[1]), "interactive_ttft_p99_s"]
+        high = x.mean() + stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+        assert cells[-2] == f"{high:.3g}" and cells[-1] == "no", (cells, high)
+    said = " ".join(res.stdout.split())
+    assert ("constraints: interactive_ttft_p99_s<=1e-06, each checked on the end of its 95% t "
+            "interval over 3 replications (the column 'inter. ttft p99 high'): 'feasible' where "
+            "every one holds there") in said, said
+    assert f"{out / 'evaluations.csv'}" in said
