@@ -327,7 +327,9 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
             + ") x price over the tokens their requests completed"
             + "".join(f"; {_bound_label(label(m), side)}: {m}'s {side} end, the bound its "
                       "SLO is checked on" for m, side in bounds)
-            + "; att = SLO attainment (all: every tier's requests), ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
+            + "; att = SLO attainment" + (" (all: every tier's requests)" if any(
+                m.startswith("overall_") for m in [*metrics, *(b for b, _ in bounds)]) else "")
+            + ", ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
             "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
             "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))

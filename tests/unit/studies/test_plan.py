@@ -364,8 +364,8 @@ def test_the_table_shows_the_slos_metric_and_the_default_gpus_are_said_as_assume
         # the bound the SLO is checked on, beside its verdict
         assert rows[r["gpu"]][5] == f"{r['overall_slo_attainment_low']:.3g}", rows[r["gpu"]]
         assert (r["overall_slo_attainment_low"] >= 0.9) == (rows[r["gpu"]][-1] == "yes")
-    assert ("all low: overall_slo_attainment's low end, the bound its SLO is checked on"
-            in " ".join(res.stdout.split()))
+    assert ("all low: overall_slo_attainment's low end, the bound its SLO is checked on; att = "
+            "SLO attainment (all: every tier's requests)" in " ".join(res.stdout.split()))
     text = " ".join(res.stdout.split())
     assert ("prices per GPU-hour of the GPUs tried (assumed: plan's default --gpus; --gpus to "
             "choose): A100-80GB $1.10, H100-SXM (H100-80GB) $2.50, H200 (H200-141GB) $3.50 "
@@ -380,3 +380,5 @@ def test_the_table_shows_the_slos_metric_and_the_default_gpus_are_said_as_assume
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[0].count("ttft") == 1, res.stdout
     assert "H100-SXM (given as H100-80GB)" in " ".join(res.stdout.split())
+    # no 'all' column: the note does not explain one
+    assert "att = SLO attainment, ttft/tpot" in " ".join(res.stdout.split()), res.stdout
