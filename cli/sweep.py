@@ -389,14 +389,15 @@ def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str,
              *(_fmt(r[f"{c.metric}_bound"]) for c in bounds),
              "yes" if r["feasible"] else "no"]
             for _, r in frame.iterrows()]
-    typer.echo(render(headers, rows))
+    typer.echo(render(headers, rows, gap=1 if bounds else 2))
 
 
 def _bound_header(c: Constraint) -> str:
     """``inter. ttft p99 high``: a constraint's metric, shortened as the tables shorten a
     tier, and the end of its interval it is checked on."""
     first, _, rest = short_metric(c.metric).partition(" ")
-    first = first[:5] + "." if len(first) > 6 else first
+    first = "all" if first == "overall" else first[:5] + "." if len(first) > 6 else first
+    rest = rest.replace("slo att", "att")
     return f"{first} {rest} {'high' if c.op == '<=' else 'low'}".replace("  ", " ")
 
 

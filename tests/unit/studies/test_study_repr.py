@@ -57,13 +57,16 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     setting = ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
                "default scenario's H100-80GB); workload lengths: 20 requests over 22.8 s "
                "(0.833 req/s)")
+    # the trace's requests are all 'interactive': the default objective (the batch tier's) is
+    # refused, so the interactive tier's is tuned
     tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
+                                objective="interactive_sustained_output_tokens_per_s",
                                 constraints=slo, replications=1, grid_points=2,
                                 refine_evals=0, validate=0), ex)
     lines = repr(tuned).splitlines()
-    assert lines[0] == ("TuneResult: maximize batch_sustained_output_tokens_per_s over "
-                        "engine.max_num_seqs 8..64, subject to")
-    assert lines[1] == "  overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
+    assert lines[0] == ("TuneResult: maximize interactive_sustained_output_tokens_per_s over "
+                        "engine.max_num_seqs 8..64,")
+    assert lines[1] == "  subject to overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
     assert lines[2] == setting and _said(repr(tuned))[2:5] == ["warning", "assumed", "assumed"]
     assert lines[-1] == ".table() (2 runs), .best_scenario(), .describe(), .write(DIR)"
     assert tuned.setting == kb.compare(scn, ["conservative"], replications=2).setting
@@ -122,6 +125,7 @@ def test_a_notebooks_studies_need_nothing_past_the_front_door(tmp_path: Path) ->
                                       1))
     assert list(table["policy"]) == ["conservative", "overcommit"]
     tuned = kb.tune(kb.TuneSpec(scn, (kb.Param("engine.max_num_seqs", 8, 64, True),),
+                                objective="overall_sustained_output_tokens_per_s",
                                 constraints=(kb.Constraint.parse("overall_ttft_p99_s<=1000"),),
                                 replications=1, grid_points=2, refine_evals=0, validate=0))
     assert len(tuned.evaluations) == 2

@@ -414,3 +414,30 @@ def test_cli_tune_shows_the_bound_each_constraint_is_checked_on(tmp_path: Path) 
             "interval over 3 replications (the column 'inter. ttft p99 high'): 'feasible' where "
             "every one holds there") in said, said
     assert f"{out / 'evaluations.csv'}" in said
+
+
+def test_tune_refuses_an_objective_on_a_tier_the_workload_never_offers(tmp_path: Path) -> None:
+    """``kvbudget tune --trace AzureLLMInferenceTrace_conv.csv ...`` maximised the default
+    objective, the batch tier's output tokens a second, over a trace whose every request is
+    'interactive': 0 in every run, reported as 'flat: ... 0 .. 0 over 13 feasible settings; no
+    setting is better than another', best.toml kept for its slack. It is refused after the
+    grid, naming the tier and another objective; the runs are kept, and --resume with that
+    objective reuses them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{i / 4},{200 + 10 * i},{20 + i}\n" for i in range(30)))
+    out = tmp_path / "t"
+    args = ["tune", "--trace", str(trace), "--out", str(out),
+            "--param", "engine.max_num_seqs=2:8:int", "-r", "1", "--grid-points", "2",
+            "--refine-evals", "0", "--validate", "0", "-j", "1"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        "error: objective batch_sustained_output_tokens_per_s: the workload offers no batch "
+        "requests (none in any of the 2 grid runs), so it is 0 in every run and ranks no "
+        "setting: choose another (--objective), e.g. overall_sustained_output_tokens_per_s")
+    assert not (out / "best.toml").exists()
+    res = CliRunner().invoke(app, [*args, "--resume", "--objective",
+                                   "overall_sustained_output_tokens_per_s"])
+    assert res.exit_code == 0, res.output
+    assert (out / "best.toml").exists()
