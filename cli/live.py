@@ -44,7 +44,9 @@ from kvbudget.live.validate import (
     simulated_engine_line,
 )
 from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
+from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import KV_CACHE_DTYPES
+from kvbudget.perf.vllm_defaults import BLOCK_SIZE, VLLM_VERSION, batch_defaults
 from kvbudget.policies import DEFAULT_TIERS
 from kvbudget.policies.clients import client_models, parse_clients
 from kvbudget.results.recording import RECORDING_FORMATS
@@ -131,10 +133,45 @@ LeaseOpt = Annotated[float | None, typer.Option(
     "(default: the --scenario's lease_ttl_s, else never).")]
 PollOpt = Annotated[float, typer.Option(
     "--poll-period", help="Seconds between two scrapes of the server's /metrics.")]
+_PLAN = CalibrationPlan()
+_BATCH = {g: batch_defaults(get_gpu(g)) for g in ("B200", "H100-80GB", "A100-80GB")}
+
+
+def _by_gpu(which: int) -> str:
+    """``vLLM 0.32.0's for the GPU: 1,024 on one of 160 GiB or more ...``: what vLLM picks for
+    ``max_num_batched_tokens`` (``which`` 0) or ``max_num_seqs`` (1) where nothing says the
+    server's (:func:`~kvbudget.perf.vllm_defaults.batch_defaults`)."""
+    big, hopper, other = (_BATCH[g][which] for g in ("B200", "H100-80GB", "A100-80GB"))
+    top = (f"{hopper:,} on an H100, H200 or larger" if big == hopper else
+           f"{big:,} on 160 GiB or more, {hopper:,} on an H100 or H200")
+    return (f"vLLM {VLLM_VERSION}'s for the GPU ({top}, {other:,} on an A100, L40S, L4), said "
+            "as assumed")
+
+
+def _limit_help(flag: str, which: int, plan_value: int, *, validate: bool) -> str:
+    """The help of ``--max-num-seqs`` or ``--max-num-batched-tokens``: where the value comes
+    from when not given, with --url (calibrate's grid default, or the cost file's) and with
+    --records (the recording's, else vLLM's for the GPU)."""
+    url = (f"the cost file's (calibrate --url records the one it ran with), else {plan_value:,}"
+           if validate else f"{plan_value:,} (kvbudget's; a server does not tell it): the grid "
+           "keeps to it and the cost file records it")
+    return (f"The server's {flag} ({'simulation' if validate else 'calibration grid, simulation'})"
+            f". Default: with --url, {url}; with --records, the recording's where it says one, "
+            f"else {_by_gpu(which)}.")
+
+
 SeqsOpt = Annotated[int | None, typer.Option(
-    "--max-num-seqs", min=1, help="The server's --max-num-seqs (calibration grid, simulation).")]
+    "--max-num-seqs", min=1, help=_limit_help("--max-num-seqs", 1, _PLAN.max_num_seqs,
+                                              validate=False))]
 BatchedOpt = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens", min=1, help="The server's --max-num-batched-tokens.")]
+    "--max-num-batched-tokens", min=1, help=_limit_help(
+        "--max-num-batched-tokens", 0, _PLAN.max_num_batched_tokens, validate=False))]
+ValSeqsOpt = Annotated[int | None, typer.Option(
+    "--max-num-seqs", min=1, help=_limit_help("--max-num-seqs", 1, _PLAN.max_num_seqs,
+                                              validate=True))]
+ValBatchedOpt = Annotated[int | None, typer.Option(
+    "--max-num-batched-tokens", min=1, help=_limit_help(
+        "--max-num-batched-tokens", 0, _PLAN.max_num_batched_tokens, validate=True))]
 OptUrlOpt = Annotated[str | None, typer.Option(
     "--url", help="The server root, e.g. http://127.0.0.1:8000 (OpenAI-compatible); or "
     "--records for a recorded run instead.")]
@@ -161,7 +198,8 @@ BlocksOpt = Annotated[int | None, typer.Option(
     "--num-gpu-blocks", help="With --records: the recorded server's KV blocks (default: "
     "what the recording says, else computed for --gpu and --model).")]
 BlockSizeOpt = Annotated[int | None, typer.Option(
-    "--block-size", help="With --records: tokens per KV block.")]
+    "--block-size", help="With --records: tokens per KV block (default: the recording's "
+    f"where it says one, else {BLOCK_SIZE}, vLLM's).")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="With --records: a scenario field, key=value (e.g. "
     "engine.enable_prefix_caching=true), repeatable.")]
@@ -184,13 +222,14 @@ RecTierOpt = Annotated[str, typer.Option(
     "--tier", help="Tier of requests whose recording has none.")]
 TpOpt = Annotated[int | None, typer.Option(
     "--tensor-parallel-size", "-tp", help="With --records: GPUs the recorded server sharded "
-    "the model over.")]
+    "the model over (default: the recording's where it says one, else 1, said as assumed).")]
 KvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-cache-dtype", help="With --records: auto, fp8 (= fp8_e4m3) or fp8_e5m2.")]
 CalTpOpt = Annotated[int | None, typer.Option(
     "--tensor-parallel-size", "-tp", help="GPUs the server sharded the model over: with "
-    "--records, the recorded server's, simulated; with --url, recorded in the cost file with "
-    "--gpu (default 1) so that it is checked where it is used.")]
+    "--records, the recorded server's, simulated (default: the recording's where it says one, "
+    "else 1, said as assumed); with --url, recorded in the cost file with --gpu (default 1) so "
+    "that it is checked where it is used.")]
 CalKvDtypeOpt = Annotated[str | None, typer.Option(
     "--kv-cache-dtype", help="auto, fp8 (= fp8_e4m3) or fp8_e5m2: with --records, the "
     "recorded server's, simulated; with --url, the server's, recorded in the cost file with "
@@ -927,8 +966,8 @@ def validate_cmd(
     max_in_flight: InFlightOpt = 256,
     poll_period: PollOpt = 1.0,
     lease_ttl: LeaseOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
+    max_num_seqs: ValSeqsOpt = None,
+    max_num_batched_tokens: ValBatchedOpt = None,
     model: ServedModelOpt = "",
     api_key: ApiKeyOpt = None,
     seed: SeedOpt = 0,

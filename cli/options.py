@@ -71,6 +71,7 @@ TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
         rich_help_panel=_T)], None),
     "rate_scale": (Annotated[str | None, typer.Option(
         "--rate-scale", metavar="F", help="Divide arrival times by F (2 = twice the rate; "
+        "a synthetic workload's drawn requests likewise, the same requests faster; "
         "sweep: a list, e.g. 0.5,1,1.5, is a load axis).", rich_help_panel=_T)], None),
     "sample_fraction": (Annotated[float | None, typer.Option(
         "--sample-fraction", help="Keep this random fraction of the requests.",
@@ -419,7 +420,7 @@ class ScenarioArgs:
         fmt = given.get("format")
         table = self.trace_args.table(with_rate_scale=with_rate_scale)
         if (self.trace is None and self.scenario is None
-                and (table or fmt is not None)):
+                and (set(table) - {"rate_scale"} or fmt is not None)):
             opts = ", ".join("--" + k.replace("_", "-") for k in given
                              if with_rate_scale or k != "rate_scale")
             raise CliError(f"{opts}: trace options need --trace FILE" + (synthetic_rate_hint(

@@ -32,6 +32,7 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.results.said import fill
 from kvbudget.studies.executors import make_executor
 from kvbudget.studies.plan import (
+    DEFAULT_GPUS,
     DEFAULT_PRICES,
     MAX_PRICE,
     PRICE_SOURCE,
@@ -92,9 +93,8 @@ def plan_cmd(
     setup: ScenarioArgs,
     out: Annotated[Path, typer.Option("--out", help="Output directory (runs kept as they "
                                       "finish; plan.csv, plan.json).")],
-    gpus: Annotated[str, typer.Option(
-        "--gpus", help="GPU types to try (comma-separated presets).")
-    ] = "A100-80GB,H100-80GB,H200-141GB",
+    gpus: Annotated[str | None, typer.Option("--gpus", help="GPU types to try (comma-separated "
+        f"presets; default: {','.join(DEFAULT_GPUS)}, said as assumed under the table).")] = None,
     tp: Annotated[str, typer.Option(
         "--tp", help="Tensor-parallel degrees to try, comma-separated (the engine's "
         "tensor_parallel_size: GPUs a replica shards the model over).")] = "1",
@@ -152,7 +152,8 @@ def plan_cmd(
             names = tuple(policy_names(policies))
         param_values = _param_values(grid)
         spec = PlanSpec(
-            scn, gpus=_gpu_list(gpus), tensor_parallel=_list(tp, "--tp", int),
+            scn, gpus=DEFAULT_GPUS if gpus is None else _gpu_list(gpus),
+            gpus_given=gpus is not None, tensor_parallel=_list(tp, "--tp", int),
             replicas=_list(replicas, "--replicas", int),
             disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
@@ -264,8 +265,10 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
 
 def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
                 slo_assumed: bool = False) -> str:
-    """The ranked table: GPUs, $/h, $/M output tokens, attainment per tier, p99 TTFT and TPOT
-    of the first tier (every SLO metric and tier with --wide), mean ± half its t interval.
+    """The ranked table: GPUs, $/h, $/M output tokens, the bound each SLO is checked on where
+    its metric is not shown otherwise, attainment per tier, p99 TTFT of the first tier (and its
+    TPOT where no bound is shown; every SLO metric and tier with --wide), mean ± half its t
+    interval.
     ``slo_assumed``: the user gave no SLO (the note says the default was assumed)."""
     df = summary_rows(result, top)
     num_all = len(summary_rows(result, None))
@@ -273,30 +276,27 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
         return "(no runs)"
     spec = result.spec
     tiers = [t.name for t in spec.scenario.tiers()]
-    offered = [t for t in tiers if f"{t}_slo_attainment" in df.columns
-               and df[f"{t}_slo_attainment"].notna().any()]
-    metrics = [f"{t}_slo_attainment" for t in offered]
-    first = offered[0] if offered else tiers[0]
-    metrics += [f"{first}_ttft_p99_s", f"{first}_tpot_p99_s"]
-    if wide:
-        metrics = list(dict.fromkeys([*(c.metric for c in spec.slos), *metrics,
-                                      *(f"{t}_ttft_p99_s" for t in offered),
-                                      *(f"{t}_tpot_p99_s" for t in offered)]))
+    offered, metrics, bounds = _plan_columns(spec, df, tiers, wide)
     keys = [a.key.split(".", 1)[1] for a in spec.grid_axes()
             if a.key.startswith("policy_params.")]
     def label(m: str) -> str:
         if wide:
             return short_metric(m)
         tier = next((t for t in tiers if m.startswith(f"{t}_")), None)
+        if tier is None and m.startswith("overall_"):  # every tier's: simulate's 'all' row
+            tier, m = "all", "all_" + m.removeprefix("overall_")
         if tier is None:
             return short_metric(m)
         rest = short_metric(m[len(tier) + 1:]).replace("slo att", "att").replace(" p99", "")
-        prefix = "" if len(offered) == 1 else (tier[:5] + "." if len(tier) > 6 else tier) + " "
+        prefix = "" if len(offered) == 1 and tier != "all" else (
+            tier[:5] + "." if len(tier) > 6 else tier) + " "
         return prefix + rest
 
     band = [] if spec.interval is None else [f"replicas {spec.interval:.0%}"]
-    headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok", *(label(m) for m in metrics), *band,
-               "ok"]
+    headers = ["GPU", "GPUs", "policy", "$/h", "$/M tok",
+               *(_bound_label(label(m), side) for m, side in bounds),
+               *(label(m) for m in metrics),
+               *band, "ok"]
     rows = []
     for r in df.to_dict(orient="records"):
         name = policy_label({str(k): v for k, v in r.items()}, keys)
@@ -306,6 +306,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
                 name = name.replace(f"{k}=", "")
         rows.append([r["gpu"], _gpus_label(r), name,
                      ("" if r["feasible"] else ">") + f"{r['usd_per_hour']:.2f}", _per_m_label(r),
+                     *(f"{r[f'{m}_{side}']:.3g}" for m, side in bounds),
                      *(plus_minus(r[m], r[f"{m}_low"], r[f"{m}_high"]) for m in metrics),
                      *([] if spec.interval is None
                        else [span(r["replicas_low"], r["replicas_high"])]),
@@ -323,8 +324,12 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
             "needed (first arrival to last finish"
             + ("; an autoscaled fleet: the GPU-hours its replicas were held" if _autoscaled(df)
                else "")
-            + ") x price over the tokens their requests completed; att = SLO attainment, "
-            "ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
+            + ") x price over the tokens their requests completed"
+            + "".join(f"; {_bound_label(label(m), side)}: {m}'s {side} end, the bound its "
+                      "SLO is checked on" for m, side in bounds)
+            + "; att = SLO attainment" + (" (all: every tier's requests)" if any(
+                m.startswith("overall_") for m in [*metrics, *(b for b, _ in bounds)]) else "")
+            + ", ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
             "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
             "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
@@ -334,6 +339,42 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
                       *(fill(x) for x in [*shown, price_note(spec), note,
                                           *_interval_notes(result)])])
+
+
+def _plan_columns(spec: Any, df: Any, tiers: list[str], wide: bool
+                  ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """The tiers offered, the metric columns and the SLO bounds (:func:`_slo_bounds`) of
+    :func:`render_plan`'s table."""
+    offered = [t for t in tiers if f"{t}_slo_attainment" in df.columns
+               and df[f"{t}_slo_attainment"].notna().any()]
+    metrics = [f"{t}_slo_attainment" for t in offered]
+    first = offered[0] if offered else tiers[0]
+    metrics += [f"{first}_ttft_p99_s", f"{first}_tpot_p99_s"]
+    # one tier offered: its columns are every tier's (overall_*) too
+    shown = [*metrics, *(m.replace(f"{first}_", "overall_", 1) for m in metrics
+                         if len(offered) == 1)]
+    bounds = _slo_bounds(spec.slos, df, [] if wide else shown)
+    if bounds:  # the table's width: the SLO's bound in place of the first tier's p99 TPOT
+        metrics.remove(f"{first}_tpot_p99_s")
+    if wide:
+        metrics = list(dict.fromkeys([*(c.metric for c in spec.slos), *metrics,
+                                      *(f"{t}_ttft_p99_s" for t in offered),
+                                      *(f"{t}_tpot_p99_s" for t in offered)]))
+    return offered, metrics, bounds
+
+
+def _slo_bounds(slos: Any, df: Any, shown: list[str]) -> list[tuple[str, str]]:
+    """``(metric, 'low' or 'high')`` of each SLO whose metric the table does not show already:
+    its interval's end that the SLO is checked on, what 'ok' says of it (the default's overall
+    attainment was not shown, and an interactive 0.951 ± 0.051 read as a miss of >= 0.9
+    beside its 'yes')."""
+    return list(dict.fromkeys((c.metric, "low" if c.op == ">=" else "high") for c in slos
+                              if c.metric in df.columns and c.metric not in shown))
+
+
+def _bound_label(label: str, side: str) -> str:
+    """``all low`` for ``all att``'s low end: a column narrow enough for the table's width."""
+    return f"{label.removesuffix(' att')} {side}"
 
 
 def _per_m_label(row: Mapping[Any, Any]) -> str:

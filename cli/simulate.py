@@ -116,9 +116,11 @@ def run_one(scn: "Scenario", policy_name: str | None, label: str,
     # requests, which writes a line every half minute
     bar = Bar(label, len(workload), "req", lines_from=SIMULATE_LINES_FROM)
     try:
-        return simulate(workload, policy, config, progress=bar.update)
+        result = simulate(workload, policy, config, progress=bar.update)
     finally:
         bar.close()
+    scn.note_defaulted(result.summary)
+    return result
 
 
 @with_scenario_options

@@ -2,7 +2,7 @@
 
 import math
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -329,10 +329,10 @@ def tune_cmd(
         written = result.write(out)
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
-    _print_evaluations(frame, [p.key for p in spec.params], spec.objective)
+    _print_evaluations(frame, [p.key for p in spec.params], spec.objective, spec.constraints)
     typer.echo(tune_said(spec, objective_assumed=objective is None))
     if result.best is None:
-        typer.echo("wrote " + ", ".join(str(p) for p in written))
+        typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
         raise fail("no setting met the constraints: " +
                    ", ".join(str(c) for c in spec.constraints), 1)
     _print_best(result, objective=spec.objective, confidence=confidence,
@@ -350,7 +350,12 @@ def tune_said(spec: TuneSpec, *, objective_assumed: bool) -> str:
     parts = [f"objective: {'minimise' if not spec.maximize else 'maximise'} {spec.objective}"
              + (f" ({what})" if what else "")
              + ("; assumed: the default, --objective to set" if objective_assumed else "")]
+    level = f"{spec.confidence:.0%} t interval over {counted(spec.replications, 'replication')}"
     parts.append("constraints: " + (", ".join(str(c) for c in spec.constraints)
+                                    + f", each checked on the end of its {level} (the "
+                                    + "column" + ("s " if len(spec.constraints) > 1 else " ")
+                                    + ", ".join(f"'{_bound_header(c)}'" for c in spec.constraints)
+                                    + "): 'feasible' where every one holds there"
                                     if spec.constraints else
                                     "none, so every setting is feasible (assumed: --slo to "
                                     "add one, e.g. tiers.interactive.ttft_s.p99<=2)"))
@@ -370,16 +375,30 @@ def _tune_with_bar(spec: TuneSpec, ex: "LocalExecutor | RayExecutor", out: Path,
     return result
 
 
-def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str) -> None:
-    """The table of every evaluated setting: its stage, parameters, objective and interval."""
+def _print_evaluations(frame: "pd.DataFrame", keys: list[str], objective: str,
+                       constraints: Sequence[Constraint] = ()) -> None:
+    """The table of every evaluated setting: its stage, parameters, objective and interval,
+    and each constraint's bound, the interval's end 'feasible' is judged on (a setting whose
+    mean p99 TTFT was 1.95 s read as meeting <= 2 beside its 'no', the bound unshown)."""
     # the objective's short name (as sweep's tables give it): the line under the table names it
+    bounds = list(dict.fromkeys(constraints))
     headers = ["stage", *keys, f"{short_metric(objective)} (mean)", "CI low", "CI high",
-               "feasible"]
+               *(_bound_header(c) for c in bounds), "feasible"]
     rows = [[r["stage"], *[r[k] for k in keys], _fmt(r["objective_mean"]),
              _fmt(r["objective_low"]), _fmt(r["objective_high"]),
+             *(_fmt(r[f"{c.metric}_bound"]) for c in bounds),
              "yes" if r["feasible"] else "no"]
             for _, r in frame.iterrows()]
-    typer.echo(render(headers, rows))
+    typer.echo(render(headers, rows, gap=1 if bounds else 2))
+
+
+def _bound_header(c: Constraint) -> str:
+    """``inter. ttft p99 high``: a constraint's metric, shortened as the tables shorten a
+    tier, and the end of its interval it is checked on."""
+    first, _, rest = short_metric(c.metric).partition(" ")
+    first = "all" if first == "overall" else first[:5] + "." if len(first) > 6 else first
+    rest = rest.replace("slo att", "att")
+    return f"{first} {rest} {'high' if c.op == '<=' else 'low'}".replace("  ", " ")
 
 
 def _print_validation(v: "Evaluation") -> None:

@@ -79,10 +79,16 @@ def time_limit_said(reasons: Iterable[Any], sender: str = "the simulated users")
             "neither completed nor failures of the server")
 
 
-def as_given(given: Any, preset: Any) -> str:
+def as_given(given: Any, preset: Any, assumed: bool = False) -> str:
     """A model or GPU as the run resolved it, with the name it was given where that differs
-    (a Hugging Face name, an alias)."""
-    if isinstance(preset, str) and preset and preset != given:
+    (a Hugging Face name, an alias); one the user did not give (``assumed``: the default
+    scenario's, :attr:`~kvbudget.simulator.scenario.Scenario.defaulted`) said as assumed, not
+    given: ``H100-SXM (assumed: the default scenario's H100-80GB)``."""
+    differs = isinstance(preset, str) and bool(preset) and preset != given
+    if assumed:
+        return (f"{preset if differs else given} (assumed: the default scenario's"
+                + (f" {given})" if differs else ")"))
+    if differs:
         return f"{preset} (given as {given})"
     return str(given)
 
@@ -289,7 +295,8 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
         tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)
         engine = (s.get("engine") or {}).get("engine", "")
         kv = s.get("kv_capacity_tokens")
-        model, gpu = (as_given(s.get(k), cost.get(k)) for k in ("model", "gpu"))
+        defaulted = s.get("defaulted") or ()
+        model, gpu = (as_given(s.get(k), cost.get(k), k in defaulted) for k in ("model", "gpu"))
         where, knobs = _deployment(s, gpu, tp)
         said = [fill(
             f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "

@@ -481,6 +481,9 @@ class Scenario:
     fitted: FittedKnobs | None = None
     """The ``[engine]`` knobs taken from the cost file's fit, and those set otherwise than
     its (:mod:`kvbudget.simulator.fitted_knobs`): said with the file's other notes."""
+    defaulted: frozenset[str] = frozenset()
+    """``gpu``, ``model``: the fields the user left to the default scenario's values (no flag,
+    ``--set`` or scenario file named them): their values are said as assumed, not as given."""
 
     def __repr__(self) -> str:
         """A notebook's view: what the scenario runs, not its every field (``.spec``)."""
@@ -499,6 +502,14 @@ class Scenario:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def note_defaulted(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` (a run's of this scenario) with ``defaulted``, the fields left to the
+        default scenario's values (:attr:`defaulted`), where there are any: its ``simulated:``
+        line (and ``kvbudget report``'s of it) says them as assumed."""
+        if self.defaulted:
+            summary["defaulted"] = sorted(self.defaulted)
+        return summary
 
     @property
     def seed(self) -> int:
@@ -830,11 +841,15 @@ _CHOOSE_POLICY = (": make one of them the scenario's policy (--set policy=NAME, 
 def scenario_from_dict(
     data: Mapping[str, Any], base_dir: Path, overrides: Sequence[str] = (), *,
     source: str | Path | None = None, say_fitted: bool = True, block_size_ran: int | None = None,
+    embedded: bool = False,
 ) -> Scenario:
+    """``embedded``: ``data`` is the embedded default scenario's, whose GPU and model the user
+    did not give (:attr:`Scenario.defaulted`)."""
     merged, fitted = with_fitted_knobs(apply_overrides(dict(data), overrides), base_dir,
                                        _ENGINE_DEFAULTS)
     spec = validate_spec(merged)
-    scenario = Scenario(spec, base_dir, None if source is None else str(source), fitted)
+    scenario = Scenario(spec, base_dir, None if source is None else str(source), fitted,
+                        _defaulted(data, overrides, embedded=embedded))
     try:
         _check_scenario(scenario, say_fitted, block_size_ran)
     except ValueError as exc:  # a knob nobody here set is named as the cost file's fit's
@@ -842,6 +857,16 @@ def scenario_from_dict(
             raise
         raise ValueError(fitted.named_in(str(exc))) from None
     return scenario
+
+
+def _defaulted(data: Mapping[str, Any], overrides: Sequence[str], *,
+               embedded: bool) -> frozenset[str]:
+    """``gpu``, ``model``: those neither ``data`` (a scenario file's table; not the embedded
+    default's, ``embedded``) nor an override (``--set``, ``--gpu``, ``--model``) named, so
+    that the run takes :class:`ScenarioSpec`'s (the default scenario's) values."""
+    named = {item.partition("=")[0].strip() for item in overrides}
+    return frozenset(key for key in ("gpu", "model")
+                     if (embedded or key not in data) and key not in named)
 
 
 def check_cost_model_at(scenario: Scenario, config: SimConfig, where: str) -> None:
@@ -1012,7 +1037,7 @@ def default_scenario_dict(*, workload: bool = True) -> dict[str, Any]:
 def default_scenario(overrides: Sequence[str] = ()) -> Scenario:
     """The embedded default scenario (what ``kvbudget simulate`` runs with no arguments), with
     ``key=value`` overrides applied as ``--set`` applies them."""
-    return scenario_from_dict(default_scenario_dict(), Path.cwd(), overrides)
+    return scenario_from_dict(default_scenario_dict(), Path.cwd(), overrides, embedded=True)
 
 
 def _exists(text: str) -> bool:
@@ -1052,8 +1077,14 @@ def synthetic_rate_hint(workload: Any, rate_scale: Any) -> str:
 
 
 def _add_trace_options(workload: Any, trace_options: Mapping[str, Any]) -> None:
-    """The trace options into a trace workload's ``[workload.options]`` table; refused for any
-    other workload (for a synthetic one's rate scale, naming its rate field instead)."""
+    """The trace options into a trace workload's ``[workload.options]`` table; a rate scale
+    alone into a synthetic workload's ``rate_scale`` (sweep's meaning: the drawn requests
+    offered that many times as fast, said with the run); refused for any other workload."""
+    if (isinstance(workload, dict) and workload.get("kind", "synthetic") == "synthetic"
+            and set(trace_options) == {"rate_scale"}):
+        workload["rate_scale"] = float(workload.get("rate_scale", 1.0)) * float(
+            trace_options["rate_scale"])
+        return
     if not isinstance(workload, dict) or workload.get("kind") != "trace":
         names = ", ".join(sorted(trace_options))
         raise ValueError(f"trace options ({names}) need a trace: give --trace FILE, or a "
@@ -1134,7 +1165,8 @@ def make_scenario(
         _add_trace_options(data.get("workload"), trace_options)
     try:
         return scenario_from_dict(data, base, [*overrides, *flags], source=scenario,
-                                  say_fitted=say_fitted, block_size_ran=block_size_ran)
+                                  say_fitted=say_fitted, block_size_ran=block_size_ran,
+                                  embedded=scenario is None)
     except ValueError as exc:
         where = f"{scenario}: " if scenario is not None else ""
         raise ValueError(f"{where}{exc}") from None

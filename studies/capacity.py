@@ -3,7 +3,7 @@ target, per policy (DistServe's per-GPU goodput, Zhong et al., OSDI 2024: the ma
 rate at which the SLO attainment stays at or above a target such as 90%, divided by the GPUs).
 
 The load is the scenario's workload with every arrival time divided by a rate scale ``s`` (the
-same requests, offered ``s`` times as fast; see :func:`kvbudget.studies.sweep.scale_rate`), so the
+same requests, offered ``s`` times as fast; see :func:`kvbudget.workloads.workload.scale_rate`), so the
 arrival rate is ``s`` times the workload's own. For each policy the search keeps ``lo`` (the
 largest scale seen to meet the target) and ``hi`` (the smallest seen to miss it): it starts at
 ``s = 1``, doubles or halves until the target is bracketed, then bisects geometrically

@@ -208,6 +208,7 @@ def compare(
         for name in names:
             workload = scenario.workload()
             result = simulate(workload, scenario.make_policy(name), scenario.sim_config())
+            scenario.note_defaulted(result.summary)
             results.append(result)
             rows.append({"policy": name, "replication": 0, "seed": scenario.seed,
                          **flatten_summary(result.summary)})

@@ -399,6 +399,7 @@ def scenario_intervals(scn: Scenario, policy_name: str | None, *, level: float =
     (``progress(d)`` after the run, ``d = 0``, and after each draw)."""
     check_level(level, num_draws)
     nominal_run = simulate(scn.workload(), scn.make_policy(policy_name), scn.sim_config())
+    scn.note_defaulted(nominal_run.summary)
     if progress is not None:
         progress(0)
     return nominal_run, draw_intervals(scn, policy_name, level=level, num_draws=num_draws,

@@ -109,6 +109,9 @@ mixing providers' quotes made an H200 cheaper than an H100. The same table quote
 at $3.50-$5.00 per H100-hour, so replace it with your own (``--prices``, ``--price``) for a
 decision. No L40S price is in it; give one to include it (``--price L40S=1.0``)."""
 
+DEFAULT_GPUS: tuple[str, ...] = ("A100-80GB", "H100-80GB", "H200-141GB")
+"""The GPUs ``plan`` tries unless told (``--gpus``): those :data:`DEFAULT_PRICES` prices."""
+
 PRICE_SOURCE = ("Mercatus-AI cloud GPU pricing, May 2026, specialty clouds, on-demand, low end: "
                 "www.mercatus-ai.com/blog/cloud-gpu-pricing")
 """Where :data:`DEFAULT_PRICES` come from, as the plan table's note says it."""
@@ -191,7 +194,10 @@ class PlanSpec(WorldDraws):
     policy parameter -> the values to try (default: :data:`MAIN_PARAMETERS`)."""
 
     scenario: Scenario
-    gpus: tuple[str, ...] = ("A100-80GB", "H100-80GB", "H200-141GB")
+    gpus: tuple[str, ...] = DEFAULT_GPUS
+    gpus_given: bool = True
+    """Whether the user chose ``gpus`` (``plan --gpus``); False: the default list, whose GPUs
+    the price note says as assumed, not as given (:func:`price_note`)."""
     tensor_parallel: tuple[int, ...] = (1,)
     replicas: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
     disagg_replicas: tuple[int, ...] = ()
@@ -689,15 +695,19 @@ def plan(
 def price_note(spec: PlanSpec) -> str:
     """``prices per GPU-hour: A100-80GB $1.10, H100-SXM (given as H100) $2.50 (source); L40S
     $1.00 (given)`` for the GPUs the plan tried, grouped by source, each by the preset it
-    resolved to and the name it was given as where they differ (as ``simulate``'s line)."""
+    resolved to and the name it was given as where they differ (as ``simulate``'s line); the
+    default list's (not ``gpus_given``) said as assumed, by the names the table uses."""
     groups: dict[str, list[str]] = {}
     for g in spec.gpus:
         if g in spec.prices:
             src = spec.price_sources.get(g, "given")
-            name = as_given(g, get_gpu(g).name)
+            preset = get_gpu(g).name
+            name = as_given(g, preset) if spec.gpus_given else (
+                f"{preset} ({g})" if preset != g else g)
             groups.setdefault(src, []).append(f"{name} ${spec.prices[g]:.2f}")
-    return "prices per GPU-hour: " + "; ".join(
-        f"{', '.join(items)} ({src})" for src, items in groups.items())
+    head = ("prices per GPU-hour" if spec.gpus_given else "prices per GPU-hour of the GPUs "
+            "tried (assumed: plan's default --gpus; --gpus to choose)")
+    return f"{head}: " + "; ".join(f"{', '.join(items)} ({src})" for src, items in groups.items())
 
 
 def summary_rows(result: PlanResult, top: int | None = None) -> pd.DataFrame:

@@ -46,12 +46,13 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
     spec = scn.spec
     loop = spec.closed_loop
     model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
-             else "model " + as_given(spec.model, get_model(spec.model).name))
+             else "model " + as_given(spec.model, get_model(spec.model).name,
+                                       "model" in scn.defaulted))
     where = "" if spec.fleet or spec.disaggregation or any(
         k.split(".")[0] in ("gpu", "fleet", "disaggregation")
         or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
         f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
-        else "") + as_given(spec.gpu, get_gpu(spec.gpu).name)
+        else "") + as_given(spec.gpu, get_gpu(spec.gpu).name, "gpu" in scn.defaulted)
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,7 @@ from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw
 from kvbudget.workloads import Workload
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.workload import scale_rate
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,21 +80,6 @@ def replication_seeds(root_seed: int, count: int, start: int = 0) -> list[int]:
 
 
 # --- load ------------------------------------------------------------------------------------
-
-
-def scale_rate(workload: Workload, factor: float) -> Workload:
-    """The same requests offered ``factor`` times as fast: arrival times (measured from the
-    first) divided by ``factor``; explicit deadlines keep their distance to the arrival."""
-    if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
-        raise ValueError(f"rate_scale must be a finite number > 0, got {factor!r}")
-    if factor == 1 or len(workload) == 0:
-        return workload
-    a = workload.arrival_s
-    t0 = float(a[0])
-    arrival = t0 + (a - t0) / float(factor)
-    deadline = workload.deadline_s - a + arrival
-    return replace(workload, arrival_s=arrival, deadline_s=deadline,
-                   meta={**workload.meta, "rate_scale": float(factor)})
 
 
 def offered_rate_rps(workload: Workload) -> float:

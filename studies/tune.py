@@ -639,6 +639,7 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
     settings = [dict(zip([p.key for p in params], combo, strict=True))
                 for combo in itertools.product(*grids)]
     ev.evaluate_many(settings, "grid")
+    _check_objective_offered(spec, ev.evaluations)
 
     def best_of(evals: Sequence[Evaluation]) -> Evaluation:
         return min(evals, key=lambda e: (ev.score(e), e.index))
@@ -688,6 +689,23 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
 
 
 _ARRIVAL_WINDOW_RATE = re.compile(r"^(.*)_output_tokens_per_s$")
+
+
+def _check_objective_offered(spec: TuneSpec, evaluations: Sequence[Evaluation]) -> None:
+    """Refuse an objective on a tier the workload never offers (the default, the batch tier's
+    output tokens a second, on a trace whose every request is 'interactive'): it is 0 in every
+    run, and the search would report a flat objective and keep a setting for its slack."""
+    tier = next((t.name for t in spec.scenario.tiers()
+                 if spec.objective.startswith(f"{t.name}_")), None)
+    if tier is None:
+        return
+    offered = [r.get(f"{tier}_offered") for e in evaluations for r in e.rows]
+    if any(isinstance(x, int | float) and x > 0 for x in offered):
+        return
+    raise ValueError(
+        f"objective {spec.objective}: the workload offers no {tier} requests (none in any of "
+        f"the {counted(len(offered), 'grid run')}), so it is 0 in every run and ranks no "
+        "setting: choose another (--objective), e.g. overall_sustained_output_tokens_per_s")
 
 
 def tiebreak_metric(objective: str) -> str | None:

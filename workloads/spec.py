@@ -53,7 +53,8 @@ from kvbudget.workloads.errors import SpecError, TraceError, show
 from kvbudget.workloads.lengths import FactorOfTrue
 from kvbudget.workloads.synthetic import TierTraffic, generate_workload
 from kvbudget.workloads.traces import FORMATS, TraceOptions, load_trace
-from kvbudget.workloads.workload import Workload
+from kvbudget.workloads.traces.options import MAX_RATE_SCALE
+from kvbudget.workloads.workload import Workload, scale_rate
 
 DEFAULT_RATE_RPS = 5.5
 """Offered load of the default what-if scenario (Llama-3.1-8B on one H100-80GB): about 1.07x
@@ -480,6 +481,11 @@ class SyntheticWorkloadSpec(_Model):
     num_requests: int | None = Field(default=None, ge=0, le=arr.MAX_REQUESTS)
     duration_s: float | None = Field(default=None, gt=0)
     name: str = "synthetic"
+    rate_scale: float = Field(default=1.0, ge=1 / MAX_RATE_SCALE, le=MAX_RATE_SCALE)
+    """``--rate-scale``: the drawn requests offered this many times as fast, as ``sweep
+    --rate-scale`` scales them (:func:`~kvbudget.workloads.workload.scale_rate`): the same
+    requests over ``1/rate_scale`` of the span, not more requests over the same duration
+    (``arrival.rate_rps``)."""
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticWorkloadSpec:
@@ -496,7 +502,7 @@ class SyntheticWorkloadSpec(_Model):
         return self
 
     def build(self, rng: np.random.Generator, base_dir: Path | None = None) -> Workload:
-        return generate_workload(
+        workload = generate_workload(
             self.arrival.build(base_dir),
             [t.build(base_dir) for t in self.tiers],
             rng,
@@ -504,6 +510,24 @@ class SyntheticWorkloadSpec(_Model):
             duration_s=self.duration_s,
             name=self.name,
         )
+        if self.rate_scale == 1:
+            return workload
+        scaled = scale_rate(workload, self.rate_scale)
+        before = scaled.meta.get("assumed")
+        return replace(scaled, meta={**scaled.meta, "assumed": (
+            *(before if isinstance(before, tuple) else ()), rate_scale_said(
+                len(workload), self.rate_scale, workload.span_s, self.duration_s))})
+
+
+def rate_scale_said(num: int, scale: float, span_s: float, duration_s: float | None) -> str:
+    """How a synthetic workload's ``rate_scale`` was taken: ``sweep --rate-scale``'s way, the
+    drawn requests' arrival times divided by it (its span said before and after), where
+    ``arrival.rate_rps`` would draw more requests over the same duration."""
+    over = f" over the {duration_s:g} s duration" if duration_s is not None else ""
+    return (f"rate scale {scale:g} taken as sweep --rate-scale takes it: the {num:,} requests "
+            f"drawn at the arrival's rate, offered {scale:g}x as fast (their {span_s:,.1f} s of "
+            f"arrivals in {span_s / scale:,.1f} s); workload.arrival.rate_rps x {scale:g} would "
+            f"draw about {scale:g}x as many requests{over} instead")
 
 
 class TraceOptionsSpec(_Model):

@@ -8,7 +8,7 @@ of MB and the simulator reads it without a Python object per request. The true o
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -241,3 +241,19 @@ def from_columns(
         name=name,
         timeout_s=None if timeout_s is None else np.asarray(timeout_s, np.float64)[order],
     )
+
+
+def scale_rate(workload: Workload, factor: float) -> Workload:
+    """The same requests offered ``factor`` times as fast: arrival times (measured from the
+    first) divided by ``factor``; explicit deadlines keep their distance to the arrival
+    (``sweep --rate-scale``'s load axis, and a synthetic workload's ``rate_scale``)."""
+    if not (isinstance(factor, int | float) and np.isfinite(factor) and factor > 0):
+        raise ValueError(f"rate_scale must be a finite number > 0, got {factor!r}")
+    if factor == 1 or len(workload) == 0:
+        return workload
+    a = workload.arrival_s
+    t0 = float(a[0])
+    arrival = t0 + (a - t0) / float(factor)
+    deadline = workload.deadline_s - a + arrival
+    return replace(workload, arrival_s=arrival, deadline_s=deadline,
+                   meta={**workload.meta, "rate_scale": float(factor)})

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import tomli_w
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.records import RECORD_COLUMNS, TIMELINE_COLUMNS
+from kvbudget.results.run_result import read_run
+from tests.conftest import REPO, small_scenario_dict
 
 runner = CliRunner()
 SHORT = ["--set", "workload.duration_s=20"]
@@ -321,7 +324,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, stdout, stderr = run("simulate", "--trace", str(trace), "--max-num-seqs", "8")
     assert code == 0, stderr
     lines = stdout.replace("\n  ", " ").splitlines()
-    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB), engine vllm")
+    assert lines[0].startswith("simulated: Llama-3.1-8B (assumed: the default scenario's) on "
+                               "H100-SXM (assumed: the default scenario's H100-80GB), engine vllm")
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
                                "scenario's")  # neither flag given, nor a scenario file
@@ -349,7 +353,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
-    assert _lines(stderr)[0] == ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); "
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on "
+                                 "H100-SXM (assumed: the default scenario's H100-80GB); "
                                  "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in _lines(stderr)[1:4]] == ["warning", "assumed",
                                                                 "assumed"]
@@ -361,23 +366,24 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert code == 0, stderr
     # the model as the runs resolved it, with the name it was given
     assert _lines(stderr)[0] == (
-        "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct) on H100-SXM (given as "
-        "H100-80GB); workload lengths: 30 requests, sent in closed loop by 2 users")
+        "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct) on H100-SXM (assumed: the "
+        "default scenario's H100-80GB); workload lengths: 30 requests, sent in closed loop by 2 users")
     assert not any(ln.startswith("warning:") for ln in _lines(stderr))
     # a study that varies the GPU names none
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep3"),
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
-    assert _lines(stderr)[0] == ("model Llama-3.1-8B; workload lengths: 30 requests over 30.1 s "
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's); "
+                                 "workload lengths: 30 requests over 30.1 s "
                                  "(0.963 req/s)")
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
                           "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
     assert code == 0, stderr
-    assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (given as "
-                                 "H100-80GB); workload lengths: 30 requests over 30.1 s "
+    assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (assumed: the "
+                                 "default scenario's H100-80GB); workload lengths: 30 requests over 30.1 s "
                                  "(0.963 req/s)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
@@ -401,7 +407,8 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
     assert code == 0, stderr
     json.loads(stdout)  # stdout stays the JSON alone
     lines = _lines(stderr)
-    assert lines[0] == ("model Qwen2.5-7B on H100-SXM (given as H100-80GB); workload lengths: "
+    assert lines[0] == ("model Qwen2.5-7B on H100-SXM (assumed: the default scenario's "
+                        "H100-80GB); workload lengths: "
                         "30 requests over 30.1 s (0.963 req/s)")
     assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
 
@@ -645,7 +652,8 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("sets", "where"), [
-    (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (given as H100-80GB), engine vllm "
+    (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (assumed: the default scenario's "
+     "H100-80GB), engine vllm "
      "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
      "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
      "KV)"),
@@ -657,8 +665,8 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
      "knobs, bfloat16 weights), KV capacity "),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
-    (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (given as "
-     "H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
+    (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
+     "the default scenario's H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
      "share), bfloat16 weights, 16-bit KV), KV capacity 1,752,768 tokens (at 4 replicas); "
      "workload"),
@@ -680,7 +688,8 @@ def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) ->
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", *args)
     assert code == 0, stderr
     first = stdout.replace("\n  ", " ").splitlines()[0]
-    assert first.startswith("simulated: Llama-3.1-8B " + where), first
+    assert first.startswith("simulated: Llama-3.1-8B (assumed: the default scenario's) " + where), \
+        first
 
 
 def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism() -> None:
@@ -727,7 +736,8 @@ def test_a_measured_runs_table_does_not_say_simulated() -> None:
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
     assert code == 0, stderr
     simulated = json.loads(stdout)
-    assert setting_lines([simulated])[0].startswith("simulated: Llama-3.1-8B on H100-SXM")
+    assert setting_lines([simulated])[0].startswith(
+        "simulated: Llama-3.1-8B (assumed: the default scenario's) on H100-SXM")
     # the keys live/replay.py's summary has beyond summarize()'s own
     live = {k: v for k, v in simulated.items() if k not in (
         "gpu", "model", "cost_model", "engine_knobs", "engine_defaults", "frontend",
@@ -937,3 +947,36 @@ def test_simulate_says_the_requests_dropped_after_a_revoke(tmp_path: Path) -> No
     said = " ".join(stdout.split())
     assert ("(1 of them dropped after their lease was taken back, revoked or run out, at a time "
             "the records do not keep") in said, said
+
+
+@pytest.mark.parametrize(("args", "model", "gpu"), [
+    # the embedded default scenario: the user gave neither
+    ([], "Llama-3.1-8B (assumed: the default scenario's)",
+     "H100-SXM (assumed: the default scenario's H100-80GB)"),
+    # the same name typed: given, the model still the default's
+    (["--gpu", "H100-80GB"], "Llama-3.1-8B (assumed: the default scenario's)",
+     "H100-SXM (given as H100-80GB)"),
+    (["--set", "gpu=H200", "--model", "Qwen2.5-7B"], "Qwen2.5-7B", "H200"),
+    # a scenario file that names both gives them; one that names neither leaves them
+    (["--scenario", str(REPO / "scenarios" / "synth_conservative.toml")], "Llama-3.1-8B",
+     "H100-SXM (given as H100-80GB)"),
+    (["--scenario", "{bare}"], "Llama-3.1-8B (assumed: the default scenario's)",
+     "H100-SXM (assumed: the default scenario's H100-80GB)"),
+], ids=["default", "gpu-typed", "both-typed", "file-names-both", "file-names-neither"])
+def test_given_as_says_only_what_the_user_gave(tmp_path: Path, args: list[str], model: str,
+                                               gpu: str) -> None:
+    """The simulated: line said 'H100-SXM (given as H100-80GB)' of the default scenario's GPU,
+    which nobody gave: a value the user left to the default scenario is said as assumed, and
+    so is it in kvbudget report of the run's directory (its summary keeps which)."""
+    bare = tmp_path / "bare.toml"
+    data = small_scenario_dict(20, 4.0)
+    assert "gpu" not in data and "model" not in data
+    bare.write_text(tomli_w.dumps(data))
+    args = [str(bare) if a == "{bare}" else a for a in args]
+    code, stdout, stderr = run("simulate", *args, "--set", "workload.num_requests=20",
+                               "--out", str(tmp_path / "run"))
+    assert code == 0, stderr
+    expected = f"simulated: {model} on {gpu}, engine vllm"
+    assert stdout.replace("\n  ", " ").splitlines()[0].startswith(expected), stdout
+    said = repr(read_run(tmp_path / "run")).replace("\n  ", " ").splitlines()
+    assert said[1].startswith(expected), said

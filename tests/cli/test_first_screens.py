@@ -9,10 +9,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from kvbudget.simulator.scenario import default_scenario
+from kvbudget.workloads.workload import scale_rate
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -504,33 +507,48 @@ def test_trace_seed_refuses_a_negative_seed_by_name(tmp_path: Path, command: str
         "error: Invalid value for '--seed': -1 is not in the range x>=0"), stderr
 
 
-def test_rate_scale_on_a_synthetic_workload_says_the_rate_field_to_set(tmp_path: Path) -> None:
-    """``kvbudget simulate --rate-scale 2`` (twice the load, as a newcomer tries it on the
-    default scenario) said only "--rate-scale: trace options need --trace FILE": the default
-    scenario's synthetic workload takes its rate elsewhere, and nothing said where. The
-    refusal now names the field and the value that is twice its rate; following it runs at
-    that rate. A synthetic scenario file's refusal does the same with its own rate."""
-    code, _, stderr = run("simulate", "--rate-scale", "2")
-    assert code == 2 and stderr.count("\n") == 1, stderr
-    assert stderr.startswith("error: --rate-scale: trace options need --trace FILE"), stderr
-    assert ("--set workload.arrival.rate_rps=11 is 2x this scenario's 5.5 req/s"
-            in stderr), stderr
-    code, stdout, stderr = run("simulate", "--set", "workload.arrival.rate_rps=11", "--set",
-                               "workload.duration_s=60", "--json")
+def test_rate_scale_on_a_synthetic_workload_scales_it_as_sweep_does(tmp_path: Path) -> None:
+    """``kvbudget sweep --rate-scale 1,2`` scaled the default synthetic workload (its drawn
+    requests offered twice as fast), but ``simulate --rate-scale 2`` refused it, pointing to
+    ``--set workload.arrival.rate_rps``, which means another load (more requests over the same
+    duration). simulate and compare now take it as sweep does: the same requests, their
+    arrival times divided by 2 (as :func:`kvbudget.workloads.workload.scale_rate`, sweep's,
+    gives them), saying so and the rate it ran at. A synthetic scenario file's likewise."""
+    args = ("--set", "workload.duration_s=20", "--json")
+    code, stdout, stderr = run("simulate", *args)
     assert code == 0, stderr
-    summary = json.loads(stdout)
-    offered = (summary["overall"]["offered"] - 1) / summary["offered_window_s"]
-    assert 9.5 < offered < 12.5, offered  # a Poisson draw of 11 req/s over a minute
+    plain = json.loads(stdout)
+    code, stdout, stderr = run("simulate", "--rate-scale", "2", *args)
+    assert code == 0, stderr
+    scaled = json.loads(stdout)
+    assert scaled["overall"]["offered"] == plain["overall"]["offered"]  # the same requests
+    assert scaled["offered_window_s"] == pytest.approx(plain["offered_window_s"] / 2)
+    (said,) = [a for a in scaled["workload"]["assumed"] if a.startswith("rate scale 2 ")]
+    assert said.startswith("rate scale 2 taken as sweep --rate-scale takes it: the "
+                           f"{plain['overall']['offered']:,} requests drawn at the arrival's "
+                           "rate, offered 2x as fast"), said
+    # sweep's own scaling of the same draw: the same arrival times
+    base = default_scenario(["workload.duration_s=20"])
+    ours = default_scenario(["workload.duration_s=20", "workload.rate_scale=2"]).workload()
+    np.testing.assert_array_equal(ours.arrival_s, scale_rate(base.workload(), 2).arrival_s)
+    # the table says the rate it ran at, and what was taken
+    code, stdout, stderr = run("compare", "--policies", "conservative,overcommit",
+                               "--rate-scale", "2", "--set", "workload.duration_s=20")
+    assert code == 0, stderr
+    text = stdout.replace("\n  ", " ")
+    rate = (plain["overall"]["offered"] - 1) / (plain["offered_window_s"] / 2)
+    assert f"over {plain['offered_window_s'] / 2:,.1f} s ({rate:.3g} req/s)" in text, text
+    assert "assumed: rate scale 2 taken as sweep --rate-scale takes it" in text, text
     scenario = tmp_path / "syn.toml"
     scenario.write_text(
         'name = "syn"\n[workload]\nkind = "synthetic"\nduration_s = 20\n'
         'arrival = { kind = "gamma", rate_rps = 2, cv = 2 }\n'
         '[[workload.tiers]]\nname = "interactive"\nshare = 1\n'
         'prompt = { kind = "fixed", tokens = 100 }\noutput = { kind = "fixed", tokens = 50 }\n')
-    code, _, stderr = run("simulate", "--scenario", scenario, "--rate-scale", "3")
-    assert code == 2 and "--set workload.arrival.rate_rps=6 is 3x this scenario's 2 req/s" \
-        in stderr, stderr
-    code, _, stderr = run("simulate", "--window", "0:5")  # no rate given: no rate said
+    code, stdout, stderr = run("simulate", "--scenario", scenario, "--rate-scale", "3")
+    assert code == 0 and "assumed: rate scale 3 taken as sweep" in stdout.replace("\n  ", " "), \
+        stdout + stderr
+    code, _, stderr = run("simulate", "--window", "0:5")  # any other trace option: refused
     assert code == 2 and stderr == "error: --window: trace options need --trace FILE\n", stderr
 
 

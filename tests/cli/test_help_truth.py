@@ -276,3 +276,48 @@ def test_the_last_helps_without_a_default_say_it_and_runs_take_it(tmp_path: Path
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--json")
     assert code == 0, stderr
     assert json.loads(stdout)["engine_knobs"]["kv_cache_dtype"] == "auto"
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_calibrate_and_validate_server_limits_say_their_default(command: str,
+                                                                tmp_path: Path) -> None:
+    """``calibrate``/``validate`` ``--max-num-seqs``, ``--max-num-batched-tokens``,
+    ``--block-size`` and ``-tp`` said "The server's --max-num-seqs" and no more: nothing said
+    what runs without them. Each help says it (with --url kvbudget's grid default, or the cost
+    file's; with --records the recording's, else vLLM's for the GPU, with the number), the
+    numbers are the code's, and a recording that says none runs an H100's (1,024 and 8,192)."""
+    from kvbudget.live.calibrate import CalibrationPlan
+    from kvbudget.perf.hardware import get_gpu
+    from kvbudget.perf.vllm_defaults import BLOCK_SIZE, batch_defaults
+
+    plan = CalibrationPlan()
+    hopper, ampere = batch_defaults(get_gpu("H100-80GB")), batch_defaults(get_gpu("A100-80GB"))
+    seqs, batched = _help(command, "--max-num-seqs"), _help(command, "--max-num-batched-tokens")
+    url = ("with --url, the cost file's (calibrate --url records the one it ran with), else "
+           if command == "validate" else "with --url, ")
+    assert f"Default: {url}{plan.max_num_seqs:,}" in seqs, seqs
+    assert f"Default: {url}{plan.max_num_batched_tokens:,}" in batched, batched
+    for text, which in ((seqs, 1), (batched, 0)):
+        assert ("with --records, the recording's where it says one, else vLLM 0.32.0's for the "
+                "GPU (") in text, text
+        assert f"{hopper[which]:,} on an H100" in text and f"{ampere[which]:,} on an A100" in text
+    assert f"(default: the recording's where it says one, else {BLOCK_SIZE}, vLLM's)" in _help(
+        command, "--block-size")
+    assert "(default: the recording's where it says one, else 1, said as assumed)" in _help(
+        command, "-tp")
+    if command == "calibrate":
+        return
+    # a vllm bench serve file says none of them: the run takes an H100's, and says so
+    fixture = (Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+               / "vllm-bench-0.32.0" / "rate8.json")
+    out = tmp_path / "v"
+    code, stdout, stderr = run("validate", "--records", fixture, "--model", "Llama-3.1-8B",
+                               "--gpu", "H100-80GB", "--out", out)
+    assert code == 0, stderr
+    summary = json.loads((out / "sim" / "summary.json").read_text())
+    knobs = summary["engine_knobs"]
+    assert (knobs["max_num_seqs"], knobs["max_num_batched_tokens"]) == (hopper[1], hopper[0])
+    assert (summary["block_size"], knobs["tensor_parallel_size"]) == (BLOCK_SIZE, 1)
+    said = " ".join((stdout + stderr).split())
+    assert "max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching " \
+        "(ASSUMED: vLLM's defaults for the GPU and model" in said, said

@@ -210,7 +210,8 @@ def test_trace_stats_says_the_span_in_a_unit_it_reads_in(tmp_path: Path) -> None
 
 
 def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
-    """A study's first line on stderr ("model Llama-3.1-8B on H100-SXM (given as H100-80GB);
+    """A study's first line on stderr ("model Llama-3.1-8B (assumed: the default scenario's) on
+    H100-SXM (assumed: the default scenario's H100-80GB);
     workload default: 1,617 requests at the scenario's seed (each replication draws its own
     requests and count)") ran to 130 columns where simulate wraps the same words; it is wrapped
     to the width, its words unchanged."""

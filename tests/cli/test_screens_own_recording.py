@@ -134,7 +134,8 @@ def test_a_trace_on_the_default_gpu_and_model_says_so(tmp_path: Path) -> None:
     code, stdout, stderr = run("simulate", "--trace", trace)
     assert code == 0, stderr
     lines = stdout.replace("\n  ", " ").splitlines()
-    assert lines[0].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB)")
+    assert lines[0].startswith("simulated: Llama-3.1-8B (assumed: the default scenario's) on "
+                               "H100-SXM (assumed: the default scenario's H100-80GB)")
     assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
                                "scenario's: no --gpu or --model given"), stdout
     code, stdout, stderr = run("simulate", "--trace", trace, "--json")

@@ -27,8 +27,10 @@ def test_a_replicated_comparisons_repr_says_what_it_ran_over_and_found(tmp_path:
                         "random numbers, 95% intervals")
     # what `kvbudget compare -r` says on stderr, kept on the result: the trace's warning and
     # what was assumed in place of its missing columns
-    assert lines[1] == "model Llama-3.1-8B on H100-SXM (given as H100-80GB); workload lengths: " \
-                       "20 requests over 22.8 s (0.833 req/s)"
+    # a trace names neither the model nor the GPU: the default scenario's, assumed
+    assert lines[1] == ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM "
+                        "(assumed: the default scenario's H100-80GB); workload lengths: "
+                        "20 requests over 22.8 s (0.833 req/s)")
     assert c.setting == tuple(lines[1:len(c.setting) + 1])
     assert _said(repr(c))[2:5] == ["warning", "assumed", "assumed"]
     assert lines[-2].startswith("overcommit against conservative on 12 metrics: ")
@@ -40,7 +42,7 @@ def test_a_one_run_comparisons_repr_gives_each_runs_outcome(tmp_path: Path) -> N
     c = kb.compare(_scenario(tmp_path), ["conservative", "overcommit"])
     lines = repr(c).splitlines()
     assert lines[0] == "Comparison: conservative, overcommit; one run each on the scenario's seed"
-    assert lines[1].startswith("simulated: Llama-3.1-8B on H100-SXM")
+    assert lines[1].startswith("simulated: Llama-3.1-8B (assumed: the default scenario's) on H100-SXM")
     assert lines[-3:] == ["conservative: 20 of 20 completed, SLO attainment 1",
                           "overcommit: 20 of 20 completed, SLO attainment 1",
                           ".table (24 rows: metric x policy), .runs (2 rows), .results, .params"]
@@ -52,15 +54,19 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
 
     scn, ex = _scenario(tmp_path), LocalExecutor(max_workers=1)
     slo = (Constraint.parse("overall_ttft_p99_s<=1000"),)  # met by every setting
-    setting = ("model Llama-3.1-8B on H100-SXM (given as H100-80GB); workload lengths: "
-               "20 requests over 22.8 s (0.833 req/s)")
+    setting = ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
+               "default scenario's H100-80GB); workload lengths: 20 requests over 22.8 s "
+               "(0.833 req/s)")
+    # the trace's requests are all 'interactive': the default objective (the batch tier's) is
+    # refused, so the interactive tier's is tuned
     tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
+                                objective="interactive_sustained_output_tokens_per_s",
                                 constraints=slo, replications=1, grid_points=2,
                                 refine_evals=0, validate=0), ex)
     lines = repr(tuned).splitlines()
-    assert lines[0] == ("TuneResult: maximize batch_sustained_output_tokens_per_s over "
-                        "engine.max_num_seqs 8..64, subject to")
-    assert lines[1] == "  overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
+    assert lines[0] == ("TuneResult: maximize interactive_sustained_output_tokens_per_s over "
+                        "engine.max_num_seqs 8..64,")
+    assert lines[1] == "  subject to overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
     assert lines[2] == setting and _said(repr(tuned))[2:5] == ["warning", "assumed", "assumed"]
     assert lines[-1] == ".table() (2 runs), .best_scenario(), .describe(), .write(DIR)"
     assert tuned.setting == kb.compare(scn, ["conservative"], replications=2).setting
@@ -80,8 +86,8 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
                                   slos=slo), ex)
     lines = repr(planned).splitlines()
     assert lines[0].startswith("PlanResult: the cheapest of 1 configurations (H100-80GB; TP 1;")
-    assert lines[2] == ("model Llama-3.1-8B; workload lengths: 20 requests over 22.8 s "
-                        "(0.833 req/s)")  # the GPU varies
+    assert lines[2] == ("model Llama-3.1-8B (assumed: the default scenario's); workload "
+                        "lengths: 20 requests over 22.8 s (0.833 req/s)")  # the GPU varies
     assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
     for result in (tuned, cap, planned):
         assert "Scenario(" not in repr(result) and "spec=" not in repr(result)
@@ -119,6 +125,7 @@ def test_a_notebooks_studies_need_nothing_past_the_front_door(tmp_path: Path) ->
                                       1))
     assert list(table["policy"]) == ["conservative", "overcommit"]
     tuned = kb.tune(kb.TuneSpec(scn, (kb.Param("engine.max_num_seqs", 8, 64, True),),
+                                objective="overall_sustained_output_tokens_per_s",
                                 constraints=(kb.Constraint.parse("overall_ttft_p99_s<=1000"),),
                                 replications=1, grid_points=2, refine_evals=0, validate=0))
     assert len(tuned.evaluations) == 2

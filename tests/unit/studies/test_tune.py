@@ -381,3 +381,63 @@ def test_cli_tune_says_the_objective_and_constraints_given(tmp_path: Path) -> No
     assert ("objective: minimise interactive_ttft_p99_s; constraints: "
             "overall_slo_attainment>=0") in said, res.stdout
     assert "assumed" not in said
+
+
+def test_cli_tune_shows_the_bound_each_constraint_is_checked_on(tmp_path: Path) -> None:
+    """``kvbudget tune --param engine.max_num_seqs=16:512:int --slo interactive_ttft_p99_s<=2``
+    on the default scenario marked max_num_seqs 140 'feasible no' beside nothing of the
+    constraint: its mean p99 TTFT was 1.95 s, under the limit, and the interval's high end
+    (2.33 s), which tune checks, was nowhere on the screen. The table now shows each
+    constraint's bound, the line under it which end over how many replications, and a run
+    where nothing met the constraints names evaluations.csv among the files it wrote."""
+    from scipy import stats
+
+    scn = tmp_path / "s.toml"
+    scn.write_text(tomli_w.dumps(small_scenario(n=40, rate=8.0)))
+    out = tmp_path / "t"
+    res = CliRunner().invoke(app, [
+        "tune", "--scenario", str(scn), "--out", str(out),
+        "--param", "engine.max_num_seqs=2:8:int", "-r", "3", "--grid-points", "2",
+        "--refine-evals", "0", "--validate", "0", "-j", "1",
+        "--slo", "interactive_ttft_p99_s<=1e-6"])
+    assert res.exit_code == 1, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[-5:] == ["inter.", "ttft", "p99", "high", "feasible"], lines[0]
+    runs = pd.read_parquet(out / "evidence.parquet")
+    for line in lines[2:4]:
+        cells = line.split()
+        x = runs.loc[runs["engine.max_num_seqs"] == int(cells[1]), "interactive_ttft_p99_s"]
+        high = x.mean() + stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+        assert cells[-2] == f"{high:.3g}" and cells[-1] == "no", (cells, high)
+    said = " ".join(res.stdout.split())
+    assert ("constraints: interactive_ttft_p99_s<=1e-06, each checked on the end of its 95% t "
+            "interval over 3 replications (the column 'inter. ttft p99 high'): 'feasible' where "
+            "every one holds there") in said, said
+    assert f"{out / 'evaluations.csv'}" in said
+
+
+def test_tune_refuses_an_objective_on_a_tier_the_workload_never_offers(tmp_path: Path) -> None:
+    """``kvbudget tune --trace AzureLLMInferenceTrace_conv.csv ...`` maximised the default
+    objective, the batch tier's output tokens a second, over a trace whose every request is
+    'interactive': 0 in every run, reported as 'flat: ... 0 .. 0 over 13 feasible settings; no
+    setting is better than another', best.toml kept for its slack. It is refused after the
+    grid, naming the tier and another objective; the runs are kept, and --resume with that
+    objective reuses them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{i / 4},{200 + 10 * i},{20 + i}\n" for i in range(30)))
+    out = tmp_path / "t"
+    args = ["tune", "--trace", str(trace), "--out", str(out),
+            "--param", "engine.max_num_seqs=2:8:int", "-r", "1", "--grid-points", "2",
+            "--refine-evals", "0", "--validate", "0", "-j", "1"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines()[-1] == (
+        "error: objective batch_sustained_output_tokens_per_s: the workload offers no batch "
+        "requests (none in any of the 2 grid runs), so it is 0 in every run and ranks no "
+        "setting: choose another (--objective), e.g. overall_sustained_output_tokens_per_s")
+    assert not (out / "best.toml").exists()
+    res = CliRunner().invoke(app, [*args, "--resume", "--objective",
+                                   "overall_sustained_output_tokens_per_s"])
+    assert res.exit_code == 0, res.output
+    assert (out / "best.toml").exists()
