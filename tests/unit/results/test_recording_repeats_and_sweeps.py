@@ -132,13 +132,17 @@ def test_trace_convert_of_a_load_tools_folder_names_the_file_to_pass(
     tmp_path: Path, folder: Path, said: str
 ) -> None:
     """trace convert of a load tool's output folder said "holds no ServeGen
-    chunk-N-trace.csv files" (every folder was taken for ServeGen's), not what it was."""
+    chunk-N-trace.csv files" (every folder was taken for ServeGen's), not what it was; then it
+    named the file to pass as "--records FILE", an option trace convert has not (it takes the
+    file as its argument): the file is named in trace convert's own form."""
     res = CliRunner().invoke(
         app, ["trace", "convert", str(folder), "--out", str(tmp_path / "t.csv")]
     )
     err = " ".join(res.stderr.split())
     assert res.exit_code != 0
     assert said in err and "ServeGen" not in err, err
+    assert "--records" not in err, err
+    assert f"kvbudget trace convert {folder}/" in err and f"--out {tmp_path / 't.csv'}" in err
     assert not (tmp_path / "t.csv").exists()
 
 
@@ -183,9 +187,13 @@ def test_report_of_a_load_tools_folder_names_the_file_to_pass(
 ) -> None:
     """report of a load tool's output folder said "not a run directory (requests.parquet is
     missing)", naming neither the tool nor its file, where report of one of its files names
-    the tool and validate --records."""
+    the tool and validate --records. The file was then named "e.g. --records FILE", an option
+    report has not: it is named in the command that reads it, validate --records FILE --out
+    DIR."""
     res = CliRunner().invoke(app, ["report", str(folder), "--out", str(tmp_path / "r")])
     err = " ".join(res.stderr.split())
     assert res.exit_code != 0
     assert said in err and "report takes the simulated run that validate --records" in err, err
+    assert f"kvbudget validate --records {folder}/" in err and " --out DIR" in err, err
+    assert f", --records {folder}" not in err and f"e.g. --records {folder}" not in err, err
     assert "requests.parquet is missing" not in err
