@@ -250,7 +250,7 @@ def _aggregates_only(data: list[Path], base: Path) -> str | None:
         said = summary_refusal(doc)
         if said is None:
             return None
-        first = first or f"{p.relative_to(base)}, {said[0]}"
+        first = first or f"{p.relative_to(base)}, {said}"
         num_read += 1
     head = f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of "
     if num_read == len(data):

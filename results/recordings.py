@@ -205,7 +205,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "genai-bench"
     summary = summary_refusal(doc)
     if summary:
-        raise TraceError(path, summary[0], field=summary[1])
+        raise TraceError(path, summary)
     sessions = (
         session_report_refusal(doc)
         or inference_perf_prometheus_refusal(doc)
@@ -288,7 +288,7 @@ def _detect_list(path: Path) -> str:
         raise TraceError(path, sessions)
     summary = summary_refusal(doc)
     if summary:
-        raise TraceError(path, summary[0], field=summary[1])
+        raise TraceError(path, summary)
     unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
     if unknown:
         raise TraceError(path, unknown)
