@@ -90,9 +90,31 @@ def _per_request(path: Path, usage: str) -> str | None:
     if not below:
         return None
     tool = PER_REQUEST_FILES[below[0].name]
+    if tool == "AIPerf" and all(_profile_run(p) for p in below):
+        return (f"holds {len(below)} runs of AIPerf's --num-profile-runs, {len(below)} "
+                f"repeats of one load (profile_runs/run_NNNN/, by default only the first with "
+                f"AIPerf's "
+                f"warm-up), not a kvbudget run directory (no {REQUESTS_FILE}); any one of them "
+                f"can be validated: pass its per-request file ({_listed(below, path)}), e.g. "
+                f"{usage.format(below[0])}")
     return (f"holds {len(below)} {tool} run(s) in its folders, not a kvbudget run directory "
             f"(no {REQUESTS_FILE}): pass one run's per-request file ({_listed(below, path)}), "
             f"e.g. {usage.format(below[0])}")
+
+
+PROFILE_RUN = re.compile(r"run_\d{4}")
+"""A run's folder of AIPerf's ``--num-profile-runs N`` (N > 1, no sweep): each run of the same
+benchmark in ``<artifacts>/profile_runs/run_NNNN/`` beside ``aggregate/`` (its statistics over
+the runs); AIPerf runs its warm-up before the first only unless told otherwise (ai-dynamo/aiperf
+0.13.0 ``orchestrator/strategies.py``, ``FixedTrialsStrategy``: ``get_run_path``,
+``disable_warmup_after_first``; ``orchestrator/orchestrator.py``, the artifact layouts). A
+sweep's repeats are ``trial_NNNN`` folders of one of its points, not named so."""
+
+
+def _profile_run(path: Path) -> bool:
+    """Whether ``path`` is a per-request file of one of AIPerf's ``--num-profile-runs``."""
+    return PROFILE_RUN.fullmatch(path.parent.name) is not None and \
+        path.parent.parent.name == "profile_runs"
 
 
 GENAI_PERF_REQUESTS = "profile_export.json"
