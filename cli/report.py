@@ -12,6 +12,10 @@ from kvbudget.results.recordings import detect_recording_format, refuse_unreadab
 from kvbudget.results.run_result import REQUESTS_FILE
 from kvbudget.workloads.errors import TraceError
 
+REPORT_USAGE = "kvbudget validate --records {} --out DIR"
+"""How a load tool's folder names the file in it to report on: report takes no recording, the
+simulated run validate writes to DIR/sim (said after)."""
+
 
 def _refuse_recording(path: Path, flag: str = "") -> None:
     """A load tool's result file given where a run directory is meant was told only "not a
@@ -28,7 +32,7 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
     if (folder and (path / REQUESTS_FILE).exists()) or not (folder or path.is_file()):
         return
     try:
-        fmt = detect_recording_format(path)
+        fmt = detect_recording_format(path, usage=REPORT_USAGE)
         if fmt == "records":
             refuse_unreadable_records(path)
     except TraceError as exc:

@@ -182,7 +182,7 @@ def convert_command(
     with user_errors():
         check_out_file(out)
         check_save_path(out)
-        tool = _tool_format(file)
+        tool = _tool_format(file, out)
         if tool is not None:
             _convert_recording(file, out, tool, trace_args, seed)
             return
@@ -203,13 +203,14 @@ RECORDING_OPTIONS = {"max_output", "default_tier"}
 act on a trace's rows and apply when the converted file is simulated."""
 
 
-def _tool_format(file: Path) -> str | None:
+def _tool_format(file: Path, out: Path) -> str | None:
     """A load tool's recording format when ``file`` is one (``vllm-bench``, ``guidellm``,
     ...); None for a trace, a records file, a run directory or anything the trace loader's
     own errors describe. A file the recordings' reader refuses by name (AIPerf's summary, a
-    file of aggregates) and no trace format reads is refused with that reason."""
+    file of aggregates) and no trace format reads is refused with that reason; a load tool's
+    folder, naming the file in it to convert in this command's form (not ``--records``)."""
     try:
-        fmt = detect_recording_format(file)
+        fmt = detect_recording_format(file, usage=f"kvbudget trace convert {{}} --out {out}")
         if fmt == "records":
             refuse_unreadable_records(file)  # aggregates, prompts, unsent results: if no trace
     except OSError:

@@ -53,6 +53,7 @@ NEEDED = (
 RATE = re.compile(
     r"(^|_)per_(second|sec|s)$|(^|_)(tok|toks|tokens|req|reqs)_(s|sec)$"
     r"|(^|_)per_(prompt|request|req|query)$"
+    r"|(^|_)(hourly|per_(hour|hr|day|dollar|dollars|usd|\d+k?_tokens?))(_|$)"
 )
 """A rate over a window (``requests_per_second``, ``tokens_per_sec``, ``tg_tok_s``): a
 statistic over the requests of the window, not one request's figure. The short form is a
@@ -61,7 +62,12 @@ a model and device, ``pp_tok_s`` and ``tg_tok_s``, which kvbudget told to "pass 
 So is a figure a prompt (or request) over a round: LMCache's ``benchmarks/long_doc_qa/
 long_doc_qa.py --json-output`` summary, ``query_ttft_per_prompt`` (the round's mean TTFT) and
 ``query_round_time_per_prompt`` (its duration over its prompts), published as github.com/
-LMCache/LMCache 989cf45 ``benchmarks/long_doc_qa/async-20260723.json``."""
+LMCache/LMCache 989cf45 ``benchmarks/long_doc_qa/async-20260723.json``. So is a cost or use over
+the run's hours or per dollar or per thousand tokens (``hourly_hardware_usd``,
+``tokens_per_dollar``, ``cost_per_1k_tokens_usd``: a home-made harness's cost summary,
+github.com/llm-serving-lab/vllm-benchmark 86449c9 ``runs/cost_test_clean_cost.json``, which
+kvbudget told to "pass a format"); ``per_token`` alone is not (``time_per_token_ms`` is one
+request's TPOT)."""
 
 TIME_COLUMNS = frozenset(
     {

@@ -62,6 +62,11 @@ KVBUDGET_FILES = (REQUESTS_FILE, TIMELINE_FILE, SUMMARY_FILE, "replay.json")
 a serve run's meta, written first; ``*.part.jsonl`` a serve run's rows as they end)."""
 DATA_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".csv", ".parquet", ".db")
 SHOWN = 3
+RECORDS_USAGE = "--records {}"
+"""How a command that reads a recording with ``--records`` (validate, calibrate, replay) is
+given one file: the default form a folder's refusal names its file in. ``trace convert`` takes
+the file positionally and ``report`` none (it takes the simulated run validate writes): each
+passes its own form (``{}`` the file)."""
 
 
 def _listed(paths: list[Path], base: Path) -> str:
@@ -70,24 +75,46 @@ def _listed(paths: list[Path], base: Path) -> str:
     return ", ".join(names) + more
 
 
-def _per_request(path: Path) -> str | None:
+def _per_request(path: Path, usage: str) -> str | None:
     """The per-request files of a known tool in ``path``, one folder down (a sweep's runs:
     AIPerf's ``rate_4.0/``...) or else two (AIPerf's ``--num-profile-runs``:
-    ``profile_runs/run_0001/``...), named."""
+    ``profile_runs/run_0001/``...), named, the first in the command's form ``usage``."""
     here = [path / n for n in PER_REQUEST_FILES if (path / n).is_file()]
     if here:
         tool = PER_REQUEST_FILES[here[0].name]
         return (f"is {tool}'s output directory, not a kvbudget run directory (no "
-                f"{REQUESTS_FILE}): pass its per-request file, --records {here[0]}")
+                f"{REQUESTS_FILE}): pass its per-request file, {usage.format(here[0])}")
     below = next((found for depth in ("*/", "*/*/")
                   if (found := sorted(p for n in PER_REQUEST_FILES
                                       for p in path.glob(f"{depth}{n}") if p.is_file()))), [])
     if not below:
         return None
     tool = PER_REQUEST_FILES[below[0].name]
+    if tool == "AIPerf" and all(_profile_run(p) for p in below):
+        return (f"holds {len(below)} runs of AIPerf's --num-profile-runs, {len(below)} "
+                f"repeats of one load (profile_runs/run_NNNN/, by default only the first with "
+                f"AIPerf's "
+                f"warm-up), not a kvbudget run directory (no {REQUESTS_FILE}); any one of them "
+                f"can be validated: pass its per-request file ({_listed(below, path)}), e.g. "
+                f"{usage.format(below[0])}")
     return (f"holds {len(below)} {tool} run(s) in its folders, not a kvbudget run directory "
             f"(no {REQUESTS_FILE}): pass one run's per-request file ({_listed(below, path)}), "
-            f"e.g. --records {below[0]}")
+            f"e.g. {usage.format(below[0])}")
+
+
+PROFILE_RUN = re.compile(r"run_\d{4}")
+"""A run's folder of AIPerf's ``--num-profile-runs N`` (N > 1, no sweep): each run of the same
+benchmark in ``<artifacts>/profile_runs/run_NNNN/`` beside ``aggregate/`` (its statistics over
+the runs); AIPerf runs its warm-up before the first only unless told otherwise (ai-dynamo/aiperf
+0.13.0 ``orchestrator/strategies.py``, ``FixedTrialsStrategy``: ``get_run_path``,
+``disable_warmup_after_first``; ``orchestrator/orchestrator.py``, the artifact layouts). A
+sweep's repeats are ``trial_NNNN`` folders of one of its points, not named so."""
+
+
+def _profile_run(path: Path) -> bool:
+    """Whether ``path`` is a per-request file of one of AIPerf's ``--num-profile-runs``."""
+    return PROFILE_RUN.fullmatch(path.parent.name) is not None and \
+        path.parent.parent.name == "profile_runs"
 
 
 GENAI_PERF_REQUESTS = "profile_export.json"
@@ -245,7 +272,7 @@ def _aggregates_only(data: list[Path], base: Path) -> str | None:
         said = summary_refusal(doc)
         if said is None:
             return None
-        first = first or f"{p.relative_to(base)}, {said[0]}"
+        first = first or f"{p.relative_to(base)}, {said}"
         num_read += 1
     head = f"is not a kvbudget run directory (no {REQUESTS_FILE}) but a folder of "
     if num_read == len(data):
@@ -259,12 +286,13 @@ def _aggregates_only(data: list[Path], base: Path) -> str | None:
             "if it lists its requests")
 
 
-def tool_dir_refusal(path: Path) -> str | None:
-    """Why the directory ``path`` cannot be read as a run, naming the file to pass, or None
-    where it has any file of a kvbudget run directory (read, and refused, as one)."""
+def tool_dir_refusal(path: Path, usage: str = RECORDS_USAGE) -> str | None:
+    """Why the directory ``path`` cannot be read as a run, naming the file to pass in the
+    command's form ``usage`` (:data:`RECORDS_USAGE`), or None where it has any file of a
+    kvbudget run directory (read, and refused, as one)."""
     if any((path / n).exists() for n in KVBUDGET_FILES) or next(path.glob("*.part.jsonl"), None):
         return None  # kvbudget's own (a damaged run, or a serve run left open): said as one
-    said = _per_request(path) or _summaries_in(path, path)
+    said = _per_request(path, usage) or _summaries_in(path, path)
     if said:
         return said
     data = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)
@@ -272,7 +300,7 @@ def tool_dir_refusal(path: Path) -> str | None:
         aggregates = _aggregates_only(data, path)
         if aggregates:
             return aggregates
-        return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); --records reads one "
-                f"file of a load tool: it holds {len(data)} data file(s) ({_listed(data, path)}): "
-                "pass one of them")
+        return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); a load tool's "
+                f"recording is one of its files: it holds {len(data)} data file(s) "
+                f"({_listed(data, path)}): pass one of them")
     return _summaries_below(path)

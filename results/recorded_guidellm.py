@@ -20,9 +20,10 @@
     ``requests.successful / errored / incomplete`` with every request sent, warm-up and
     cool-down included: GuideLLM's metrics count only those with ``request_end_time >=
     measure_start`` and ``request_start_time <= measure_end``
-    (``GenerativeRequestsAccumulator.get_within_range``); the others are read here with the
-    status ``warmup`` or ``cooldown``: simulated (they loaded the server), left out of every
-    measured statistic. Times: ``request_start_time``, ``info.timings.first_token_iteration``,
+    (``GenerativeRequestsAccumulator.get_within_range``); the other successful ones are read
+    here with the status ``warmup`` or ``cooldown``: simulated (they loaded the server), left
+    out of every measured statistic; an errored or incomplete one keeps its status, a note
+    saying it was outside the window. Times: ``request_start_time``, ``info.timings.first_token_iteration``,
     ``request_end_time``; tokens ``input_metrics.text_tokens`` /
     ``output_metrics.text_tokens`` (``prompt_tokens`` / ``output_tokens`` in 0.4); an
     incomplete (cancelled) request may have null tokens: counted, never fatal. The request
@@ -112,6 +113,9 @@ class _Columns:
     itl: list[float] = field(default_factory=list)
     max_tokens: list[float] = field(default_factory=list)
     status: list[str] = field(default_factory=list)
+    side: list[str] = field(default_factory=list)
+    """Where a request fell of its benchmark's measurement window: ``""`` inside, else the
+    status a successful one takes (:func:`_add_request`)."""
     stage: list[str] = field(default_factory=list)
     where: list[str] = field(default_factory=list)
     prefix_key: list[str | None] = field(default_factory=list)
@@ -421,10 +425,33 @@ def _after_window_said(num: int) -> str:
             "not cool-down requests")
 
 
-def _window_notes(status: list[str], counts: dict[str, int]) -> list[str]:
+def _failed_outside_said(status: list[str], side: list[str], counts: dict[str, int]) -> str:
+    """The note of the errored and incomplete requests outside their measurement windows
+    (``side``: each request's, :attr:`_Columns.side`), counted into ``counts``
+    (``num_errored_outside_window``...); ``""`` where there are none."""
+    sides = {"warmup": "warm-up", "cooldown": "cool-down", "after_window": "after the window",
+             "after_limit": "after the time limit"}
+    words = []
+    for kind in ("errored", "incomplete"):
+        found = [sides[w] for s, w in zip(status, side, strict=True) if s == kind and w]
+        if found:
+            counts[f"num_{kind}_outside_window"] = len(found)
+            where = ", ".join(f"{found.count(w)} {w}" for w in dict.fromkeys(found))
+            words.append(f"{len(found)} {kind} ({where})")
+    if not words:
+        return ""
+    return (f"requests sent outside GuideLLM's measurement window that did not succeed keep "
+            f"their status: {' and '.join(words)}; they are counted among the requests the "
+            "recording shows not completed (as GuideLLM's scheduler_metrics.requests_made "
+            "counts them; its metrics.request_totals leave them out), not among the warm-up "
+            "or cool-down requests")
+
+
+def _window_notes(status: list[str], side: list[str], counts: dict[str, int]) -> list[str]:
     """Count (into ``counts``) and say the requests outside GuideLLM's measurement windows
-    (``status`` in workload order): warm-up, cool-down, those sent after the window of a
-    benchmark that set no cool-down (``after_window``) and those sent after a time limit."""
+    (``status`` and ``side`` in workload order): warm-up, cool-down, those sent after the
+    window of a benchmark that set no cool-down (``after_window``) and those sent after a time
+    limit, the successful ones by their status, the errored and incomplete ones by ``side``."""
     notes = []
     counts["num_warmup"] = status.count("warmup")
     outside = counts["num_after_window"] = status.count("after_window")
@@ -442,7 +469,8 @@ def _window_notes(status: list[str], counts: dict[str, int]) -> list[str]:
                      "leaves them out; the time-limited replay sends nothing after the limit, "
                      "so the load they added to the requests still running then is not "
                      "simulated")
-    return notes
+    failed = _failed_outside_said(status, side, counts)
+    return [*notes, failed] if failed else notes
 
 
 def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
@@ -483,13 +511,13 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                          field=f"{where}.{field_}")
     if math.isnan(t0) or math.isnan(p):
         return False  # a cancelled request GuideLLM knows nothing of: counted by the caller
-    status = "completed" if kind == "successful" else kind
+    side = ""
     if window is not None and not math.isnan(t_end):
         w0, w1 = window
-        if t_end < w0:
-            status = "warmup"
-        elif t0 > w1:
-            status = after
+        side = "warmup" if t_end < w0 else after if t0 > w1 else ""
+    # an errored (or incomplete) request outside the window keeps its status, as genai-bench's
+    # reader keeps a failed one (recorded_genai_bench._phases): the window is said in a note
+    status = kind if kind != "successful" else side or "completed"
     body = _request_body(req)
     mt = body.get("max_tokens") or body.get("max_completion_tokens")
     eos = body.get("ignore_eos")
@@ -514,6 +542,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                            f"{where}.inter_token_latency_ms") / 1000.0)
     cols.max_tokens.append(number(mt, path, f"{where}.request_args.body.max_tokens"))
     cols.status.append(status)
+    cols.side.append(side)
     cols.stage.append(stage.label)
     cols.where.append(where)
     cols.prefix_key.append(body_key(body))
@@ -844,7 +873,7 @@ def _recording(path: Path, doc: Mapping[str, Any], benchmarks: list[Any], versio
         raise TraceError(path, f"the request ends ({e2e[i]:g} s after its start) before its "
                          f"first token ({ttft[i]:g} s)", field=f"{cols.where[i]}.request_end_time")
     status = [cols.status[r] for r in rows.tolist()]
-    notes.extend(_window_notes(status, counts))
+    notes.extend(_window_notes(status, [cols.side[r] for r in rows.tolist()], counts))
     config = _config(path, benchmarks, doc, cols)
     notes.append(synthetic or max_tokens_note(recorded, max_output_rule))
     cache = cache_note(cols.cached, cols.prompt, rows, prefix)

@@ -485,37 +485,32 @@ def _keyed_refusal(doc: Mapping[str, Any]) -> str | None:
             f"({next(iter(doc))!r}) {first}")
 
 
-def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
-    """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, and
-    the field a per-request file would have (``input_lens`` for vLLM's layout); None when it is
-    not such a file."""
+def summary_refusal(doc: Any) -> str | None:
+    """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, one
+    sentence about the whole file (raised with no field: "field 'input_lens': is a vLLM ..."
+    read as if the field were the file); None when it is not such a file."""
     trtllm = trtllm_bench_refusal(doc)
     if trtllm:
-        return trtllm, None
+        return trtllm
     if isinstance(doc, Mapping):
         if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
-            return _VLLM_TABLE, None
-        problem = _object_refusal(doc)
-        if problem is None:
-            keyed = _keyed_refusal(doc)
-            return (keyed, None) if keyed else None
-        return problem, ("input_lens" if _latency_summary(doc) and not (
-            _multi_turn_refusal(doc) or pooling_problem(doc)) else None)
+            return _VLLM_TABLE
+        return _object_refusal(doc) or _keyed_refusal(doc)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
         if _is_vllm_table_row(first):
-            return _VLLM_TABLE, None
+            return _VLLM_TABLE
         if set(first) >= LLMPERF_REQUEST_KEYS:
             return ("is LLMPerf's individual_responses file: each request's TTFT, E2E and "
                     "tokens, but no send time nor which of its concurrent clients sent it, so "
                     "its load cannot be replayed: record the run with a tool kvbudget reads "
-                    "(docs/recordings.md)"), None
+                    "(docs/recordings.md)")
         offline = _offline_refusal(first)
         if offline:
-            return offline, None
+            return offline
         row = _inferencex_refusal(first)
         if row:
-            return f"is a list of {len(doc)} rows; the first {row.removeprefix('is ')}", None
+            return f"is a list of {len(doc)} rows; the first {row.removeprefix('is ')}"
         if {"ttft_ms", "latency_ms", "start_time_ms", "input_num_tokens"} <= set(first):
             return ("is vLLM's multi-turn benchmark per-request stats "
                     "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "
@@ -524,20 +519,20 @@ def summary_refusal(doc: Any) -> tuple[str, str | None] | None:
                     "as the generic records format (start_time_ms / 1000 as arrival_s, "
                     "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
                     "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
-                    "which replays its send times"), None
+                    "which replays its send times")
         if {"qsl_idx", "data"} <= set(first) and ("seq_id" in first or "token_count" in first):
             return ("is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json): each "
-                    "sample's output tokens, " + _MLPERF_NO_REQUEST), None
+                    "sample's output tokens, " + _MLPERF_NO_REQUEST)
         if "Percentiles" in first:
             return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
-                    f"{_EVALSCOPE_DB}"), None
+                    f"{_EVALSCOPE_DB}")
         if {"benchmark", "model", "metric"} <= set(first):
             return ("is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
                     "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
-                    f"{_DETAILED}"), None
+                    f"{_DETAILED}")
         if _latency_summary(first) and "input_lens" not in first:
             return (f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
-                    f"summary.json): aggregates only; {_DETAILED}"), None
+                    f"summary.json): aggregates only; {_DETAILED}")
     return None
 
 

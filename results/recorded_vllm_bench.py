@@ -153,10 +153,9 @@ def _numbers(path: Path, doc: Mapping[str, Any], key: str, n: int | None, line: 
     if values is None:
         if required:
             aggregate = summary_refusal(doc)  # SGLang's, or vLLM's without --save-detailed
-            if aggregate and aggregate[1] is None:  # no such list in its tool's file at all
-                raise TraceError(path, aggregate[0], line=line)
-            raise TraceError(path, aggregate[0] if aggregate else
-                             "missing (run vllm bench serve with --save-detailed)",
+            if aggregate:  # said of the whole file, not of the field it lacks
+                raise TraceError(path, aggregate, line=line)
+            raise TraceError(path, "missing (run vllm bench serve with --save-detailed)",
                              **_where(line, key))
         return None
     if not isinstance(values, list):

@@ -82,7 +82,11 @@ from kvbudget.results.recorded_aggregates import (
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_dirs import inference_perf_prometheus_refusal, tool_dir_refusal
+from kvbudget.results.recorded_dirs import (
+    RECORDS_USAGE,
+    inference_perf_prometheus_refusal,
+    tool_dir_refusal,
+)
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -201,7 +205,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "genai-bench"
     summary = summary_refusal(doc)
     if summary:
-        raise TraceError(path, summary[0], field=summary[1])
+        raise TraceError(path, summary)
     sessions = (
         session_report_refusal(doc)
         or inference_perf_prometheus_refusal(doc)
@@ -284,7 +288,7 @@ def _detect_list(path: Path) -> str:
         raise TraceError(path, sessions)
     summary = summary_refusal(doc)
     if summary:
-        raise TraceError(path, summary[0], field=summary[1])
+        raise TraceError(path, summary)
     unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
     if unknown:
         raise TraceError(path, unknown)
@@ -295,19 +299,20 @@ def _detect_list(path: Path) -> str:
     )
 
 
-def detect_recording_format(path: Path) -> str:
+def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
     """The format of a recording, from its content: ``evalscope`` for evalscope perf's
     database or a directory holding them, ``genai-bench`` for an experiment folder, ``run`` for
     another directory; a load tool's
     format for its files (GuideLLM JSON, YAML or CSV, vLLM's bench JSON, AIPerf JSON lines,
     inference-perf's JSON list, an llm-d-benchmark report, an OTLP JSON trace export); else
-    ``records``."""
+    ``records``. A load tool's output folder is refused naming the file in it to pass, in the
+    command's form ``usage`` (``--records {}``; ``trace convert`` and ``report`` give theirs)."""
     if path.is_dir():  # evalscope perf's run (or sweep) directory, else a kvbudget run
         if holds_evalscope(path):
             return "evalscope"
         if holds_genai_bench(path):
             return "genai-bench"
-        other = tool_dir_refusal(path)  # another tool's output folder: its file named
+        other = tool_dir_refusal(path, usage)  # another tool's output folder: its file named
         if other:
             raise TraceError(path, other)
         return "run"

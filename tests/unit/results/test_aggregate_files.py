@@ -420,3 +420,46 @@ def test_a_sweeps_points_in_lists_of_objects_are_said_to_be_aggregates(tmp_path:
         "holds aggregate figures (runs[0].points[0].req_s, runs[0].points[0].input_tok_s, " in said
     )
     assert NEEDS in said
+
+
+# github.com/llm-serving-lab/vllm-benchmark 86449c9 runs/cost_test_clean_cost.json: a home-made
+# harness's cost summary of one run, its keys (figures rounded, its note cut) as published.
+# kvbudget told it "cannot tell the recording format ...; pass a format (records, run, ...)",
+# none of which reads it: its rates over the run's hours, per dollar and per thousand tokens say
+# it holds figures of the run, not of its requests
+COST_SUMMARY = {
+    "hardware_usd": 2000.0,
+    "lifetime_years": 2.0,
+    "hourly_hardware_usd": 0.1142,
+    "electricity_per_kwh": 0.15,
+    "power_sample_count": 59,
+    "avg_gpu_power_watts": 12.73,
+    "hourly_electricity_usd": 0.0019,
+    "run_duration_s": 68.66,
+    "total_output_tokens": 1588,
+    "total_run_cost_usd": 0.0022,
+    "cost_per_1k_tokens_usd": 0.0014,
+    "tokens_per_dollar": 717383.09,
+    "note": "GPU-only electricity cost",
+}
+
+
+def test_a_cost_summary_of_a_run_is_said_to_be_aggregates(tmp_path: Path) -> None:
+    path = tmp_path / "cost_test_clean_cost.json"
+    path.write_text(json.dumps(COST_SUMMARY, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert said.startswith(
+        f"{path}: holds aggregate figures (hourly_hardware_usd, avg_gpu_power_watts, "
+        "hourly_electricity_usd, ...), not per-request records"
+    ), said
+    assert "pass a format" not in said
+
+
+def test_a_requests_time_per_token_is_not_a_rate_of_the_run(tmp_path: Path) -> None:
+    # one request's TPOT (time_per_token_ms) beside a rate: a record, not the run's aggregates
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps({"id": "r1", "time_per_token_ms": 20.0, "tokens_per_sec": 50.0}))
+    with pytest.raises(TraceError, match="cannot tell the recording format"):
+        read_recording(path)

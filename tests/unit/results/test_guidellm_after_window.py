@@ -134,3 +134,63 @@ def test_a_replay_profile_is_its_traces_timestamps_not_an_unrecorded_load() -> N
     starts = sorted(q["info"]["timings"]["request_start"] for q in bench["requests"]["successful"])
     assert len(rec.workload) == len(starts)
     assert rec.workload.arrival_s.max() == pytest.approx(starts[-1] - starts[0])
+
+
+BENCHMARKS = SWEEP.parent / "benchmarks.json"
+
+
+def _warmup_errored(tmp_path: Path) -> tuple[Path, int]:
+    """The real report (3 warm-up, 16 measured, 1 cool-down) with its earliest warm-up request
+    moved to ``requests.errored``, as GuideLLM 0.8.1 lists a request whose backend raised
+    (``info.status`` errored, ``info.error`` its message; benchmark/schemas/accumulator.py,
+    ``GenerativeBenchmarkAccumulator.update_estimate``, routes it to ``errored``): no run here
+    errored, so the case is made by hand. Returns the file and its number of requests."""
+    doc = json.loads(BENCHMARKS.read_text())
+    bench = doc["benchmarks"][0]
+    requests = bench["requests"]
+    first = min(requests["successful"], key=lambda r: r["request_end_time"])
+    assert first["request_end_time"] < bench["scheduler_metrics"]["measure_start_time"]
+    requests["successful"].remove(first)
+    first["info"].update(status="errored", error="Server disconnected")
+    requests["errored"] = [first]
+    path = tmp_path / "errored_warmup.json"
+    path.write_text(json.dumps(doc))
+    return path, len(requests["successful"]) + 1
+
+
+def test_an_errored_request_outside_the_window_keeps_its_error(tmp_path: Path) -> None:
+    """A request that errored in GuideLLM's warm-up took the status ``warmup`` and lost its
+    error: the recording showed 0 errored requests, and validate counted it among the requests
+    the real server answered. It keeps ``errored`` (as genai-bench's reader keeps a failed
+    warm-up request's error), and a note says it was outside the window."""
+    path, num = _warmup_errored(tmp_path)
+    rec = read_recording(path)
+    status = rec.measured["status"]
+    assert (status == "errored").sum() == 1 and rec.counts["num_errored"] == 1
+    assert rec.counts["num_errored_outside_window"] == 1
+    assert (rec.counts["num_warmup"], rec.counts["num_cooldown"]) == (2, 1)
+    assert len(status) == num and int(rec.measured["usable"].sum()) == 16
+    said = [n for n in rec.notes if "outside GuideLLM's measurement window" in n]
+    assert said == [
+        "requests sent outside GuideLLM's measurement window that did not succeed keep their "
+        "status: 1 errored (1 warm-up); they are counted among the requests the recording "
+        "shows not completed (as GuideLLM's scheduler_metrics.requests_made counts them; its "
+        "metrics.request_totals leave them out), not among the warm-up or cool-down requests"
+    ]
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "--records",
+            str(path),
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(tmp_path / "v"),
+        ],
+    )
+    err = " ".join(res.stderr.split())
+    assert res.exit_code == 0, err
+    assert "2 warm-up and 1 cool-down requests simulated" in err
+    assert "did not succeed keep their status: 1 errored (1 warm-up)" in err
+    assert "not completed (1 errored)" in err, err

@@ -136,9 +136,11 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
 
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("online.jsonl", json.dumps(SGLANG_LINE) + "\n" + json.dumps(SGLANG_LINE) + "\n",
-     "field 'input_lens': is an SGLang bench_serving result without per-request data"),
+     "is an SGLang bench_serving result without per-request data"),
+    # said of the whole file, one sentence after its path: it read "FILE: field 'input_lens':
+    # is a vLLM ...", the file's description put to a field it lacks
     ("serving.json", json.dumps(VLLM_SUMMARY),
-     "field 'input_lens': is a vLLM benchmark_serving.py result of 2025-03-04 without "
+     "is a vLLM benchmark_serving.py result of 2025-03-04 without "
      "per-request data"),
     ("summary.json", json.dumps([{**VLLM_SUMMARY, "completed": 8, "duration": 1.4}] * 2),
      "is a list of 2 serving-benchmark summaries (vllm bench sweep's summary.json)"),
@@ -537,7 +539,9 @@ def test_an_sglang_summary_forced_as_vllm_bench_is_named_as_sglangs(tmp_path: Pa
     path.write_text(json.dumps(SGLANG_LINE) + "\n")
     with pytest.raises(TraceError, match="is an SGLang bench_serving result") as info:
         read_recording(path, format="vllm-bench")
-    assert info.value.field == "input_lens"
+    # said of the file, not of a field it lacks ("field 'input_lens': is an SGLang ...")
+    assert info.value.field is None
+    assert str(info.value).startswith(f"{path}: is an SGLang bench_serving result")
 
 
 # github.com/llm-d/llm-d-benchmark llmdbenchmark/analysis/benchmark_report/br_v0_1_example.yaml:

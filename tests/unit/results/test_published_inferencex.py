@@ -71,6 +71,7 @@ def test_its_raw_result_without_save_detailed_says_it_keeps_only_the_lengths(
            "mean_ttft_ms": 100.0, "median_ttft_ms": 100.0, "p99_ttft_ms": 120.0,
            "mean_tpot_ms": 20.0, "input_lens": [1000, 1000], "output_lens": [100, 100]}
     said = _refusal(tmp_path, doc)
-    assert "field 'ttfts': is a vllm bench serve result that keeps each request's lengths " \
+    # said of the whole file, not put to the field it lacks ("field 'ttfts': is a ...")
+    assert ".json: is a vllm bench serve result that keeps each request's lengths " \
         "(input_lens, output_lens) but not its times (ttfts, itls: saved only with " \
         "--save-detailed)" in said

@@ -27,6 +27,10 @@ VLLM = FIXTURES / "vllm-bench-0.32.0" / "options"
 RUNS = FIXTURES / "aiperf-0.13.0" / "runs2_concurrency2"
 SWEEP = FIXTURES / "aiperf-0.13.0" / "sweep_rate4_8"
 IP_SWEEP = FIXTURES / "inference-perf-0.7.0" / "sweep"
+PROFILE_RUNS_SAID = (
+    "holds 2 runs of AIPerf's --num-profile-runs, 2 repeats of one load (profile_runs/run_NNNN/, "
+    "by default only the first with AIPerf's warm-up)"
+)
 
 
 def usable(rec: Recording) -> pd.DataFrame:
@@ -109,20 +113,33 @@ def test_aiperf_rate_sweep_runs_each_read_to_their_own_summary(rate: int) -> Non
 def test_a_folder_of_aiperf_profile_runs_names_each_runs_file(tmp_path: Path) -> None:
     """AIPerf's --num-profile-runs folder keeps each run two folders down
     (profile_runs/run_0001/): validate --records said "not a run directory (requests.parquet
-    is missing)", naming neither the tool nor the file to pass."""
+    is missing)", naming neither the tool nor the file to pass; then "holds 2 AIPerf run(s) in
+    its folders", not that they repeat one load, any one of which can be validated. The
+    profile_runs folder itself is said the same; a sweep's runs are not said to repeat."""
+    for folder in (RUNS, RUNS / "profile_runs"):
+        with pytest.raises(TraceError) as caught:
+            read_recording(folder)
+        text = str(caught.value)
+        assert PROFILE_RUNS_SAID in text and "any one of them can be validated" in text, text
+        assert "run_0001/profile_export.jsonl, " in text
+        assert "run_0002/profile_export.jsonl" in text
+        assert "requests.parquet is missing" not in text
+    # as the real runs show: the warm-up records are the first run's alone
+    phases = [
+        [json.loads(line)["metadata"]["benchmark_phase"] for line in f.read_text().splitlines()]
+        for f in sorted(RUNS.glob("profile_runs/run_*/profile_export.jsonl"))
+    ]
+    assert [p.count("warmup") for p in phases] == [2, 0]
     with pytest.raises(TraceError) as caught:
-        read_recording(RUNS)
-    text = str(caught.value)
-    assert "holds 2 AIPerf run(s) in its folders" in text
-    assert "profile_runs/run_0001/profile_export.jsonl" in text
-    assert "profile_runs/run_0002/profile_export.jsonl" in text
-    assert "requests.parquet is missing" not in text
+        read_recording(SWEEP)
+    assert "holds 2 AIPerf run(s) in its folders" in str(caught.value)
+    assert "repeats" not in str(caught.value)
 
 
 @pytest.mark.parametrize(
     ("folder", "said"),
     [
-        (RUNS, "holds 2 AIPerf run(s) in its folders"),
+        (RUNS, PROFILE_RUNS_SAID),
         (SWEEP, "holds 2 AIPerf run(s) in its folders"),
         (SWEEP / "rate_4.0", "is AIPerf's output directory"),
         (IP_SWEEP, "is inference-perf's output directory"),
@@ -132,13 +149,17 @@ def test_trace_convert_of_a_load_tools_folder_names_the_file_to_pass(
     tmp_path: Path, folder: Path, said: str
 ) -> None:
     """trace convert of a load tool's output folder said "holds no ServeGen
-    chunk-N-trace.csv files" (every folder was taken for ServeGen's), not what it was."""
+    chunk-N-trace.csv files" (every folder was taken for ServeGen's), not what it was; then it
+    named the file to pass as "--records FILE", an option trace convert has not (it takes the
+    file as its argument): the file is named in trace convert's own form."""
     res = CliRunner().invoke(
         app, ["trace", "convert", str(folder), "--out", str(tmp_path / "t.csv")]
     )
     err = " ".join(res.stderr.split())
     assert res.exit_code != 0
     assert said in err and "ServeGen" not in err, err
+    assert "--records" not in err, err
+    assert f"kvbudget trace convert {folder}/" in err and f"--out {tmp_path / 't.csv'}" in err
     assert not (tmp_path / "t.csv").exists()
 
 
@@ -174,7 +195,7 @@ def test_inference_perf_sweep_stages_read_to_its_own_summary_and_its_probe_is_sa
 @pytest.mark.parametrize(
     ("folder", "said"),
     [
-        (RUNS, "holds 2 AIPerf run(s) in its folders"),
+        (RUNS, PROFILE_RUNS_SAID),
         (IP_SWEEP, "is inference-perf's output directory"),
     ],
 )
@@ -183,9 +204,13 @@ def test_report_of_a_load_tools_folder_names_the_file_to_pass(
 ) -> None:
     """report of a load tool's output folder said "not a run directory (requests.parquet is
     missing)", naming neither the tool nor its file, where report of one of its files names
-    the tool and validate --records."""
+    the tool and validate --records. The file was then named "e.g. --records FILE", an option
+    report has not: it is named in the command that reads it, validate --records FILE --out
+    DIR."""
     res = CliRunner().invoke(app, ["report", str(folder), "--out", str(tmp_path / "r")])
     err = " ".join(res.stderr.split())
     assert res.exit_code != 0
     assert said in err and "report takes the simulated run that validate --records" in err, err
+    assert f"kvbudget validate --records {folder}/" in err and " --out DIR" in err, err
+    assert f", --records {folder}" not in err and f"e.g. --records {folder}" not in err, err
     assert "requests.parquet is missing" not in err

@@ -296,7 +296,7 @@ BAD_CASES = [
      "row 1: field 'input_lens': negative value: -1"),
     ("no-detail.json", json.dumps({"completed": 6, "duration": 3.0, "date": "x",
                                    "model_id": "m"}),
-     "field 'input_lens': is a vllm bench serve result without per-request data"),
+     "no-detail.json: is a vllm bench serve result without per-request data"),
     ("guidellm.json", json.dumps({"benchmarks": [{"requests": {"successful": [
         {"prompt_tokens": 3, "output_tokens": 2}]}}]}),
      "field 'benchmarks[0].requests.successful[0].request_start_time': is shaped like a "
