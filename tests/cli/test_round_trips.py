@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from tests.conftest import small_scenario_dict
+from tests.unit.live.test_backends_live_gateway import Fake, _trace_file, fake  # noqa: F401
 
 runner = CliRunner()
 
@@ -62,3 +63,66 @@ def test_a_run_directory_given_as_a_trace_is_named_for_what_it_is(
     err = _refused([*reader, str(runs), *extra])
     assert "is a folder of 4 kvbudget run directories (compare --out), not a trace" in err
     assert "ServeGen" not in err, err
+
+
+def test_report_measured_takes_a_live_run_not_a_simulation(
+    tmp_path: Path,
+    fake: Fake,  # noqa: F811
+) -> None:
+    """report --measured SIM_RUN, a simulate run: reported as 'simulated against measured',
+    the simulation headed as 'the measured run', exit 0. A simulation is now refused there,
+    naming what it is; replay's run directory (written by the real replay against a fake
+    server, a path with spaces and unicode) is read as the measured run."""
+    scenario = _scenario(tmp_path)
+    run = tmp_path / "sim run"
+    res = runner.invoke(app, ["simulate", "--scenario", str(scenario), "--out", str(run)])
+    assert res.exit_code == 0, res.stderr
+    err = _refused(["report", str(run), "--measured", str(run), "--out", str(tmp_path / "r")])
+    assert f"--measured: {run}: a simulated run (simulate or compare --out" in err, err
+    assert not (tmp_path / "r" / "report.html").exists()
+    fake.state.token_s = 0.001
+    fake.state.blocks = 200
+    trace = _trace_file(tmp_path / "t.jsonl", 6)
+    live = tmp_path / "replay run ü"
+    res = runner.invoke(
+        app,
+        [
+            "replay",
+            "--url",
+            fake.url,
+            "--trace",
+            str(trace),
+            "--out",
+            str(live),
+            "--poll-period",
+            "0.05",
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "--out",
+            str(tmp_path / "sim of trace"),
+            "--model",
+            "Llama-3.1-8B",
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(
+        app,
+        [
+            "report",
+            str(tmp_path / "sim of trace"),
+            "--measured",
+            str(live),
+            "--out",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert f"against the measured run {live}" in html
