@@ -5,14 +5,21 @@ through the CLI, paths with spaces included. A reader refuses only with a true r
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
 from typer.testing import CliRunner
 
+import kvbudget.cli.live as live_commands
 from kvbudget.cli.main import app
+from kvbudget.live.calibrate import CalibrationPlan, GridPoint
+from kvbudget.live.calibrate import calibrate as real_calibrate
+from kvbudget.live.openai_client import ServerTarget
 from tests.conftest import small_scenario_dict
+from tests.unit.live.test_backends_calibrate import VirtualEngine
 from tests.unit.live.test_backends_live_gateway import Fake, _trace_file, fake  # noqa: F401
 
 runner = CliRunner()
@@ -126,3 +133,104 @@ def test_report_measured_takes_a_live_run_not_a_simulation(
     assert res.exit_code == 0, res.stderr
     html = (tmp_path / "r" / "report.html").read_text()
     assert f"against the measured run {live}" in html
+
+
+def _interrupted_calibration(out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """calibrate --url against the virtual engine, interrupted after 2 grid measurements:
+    the measurements it keeps beside ``out`` (OUT.partial.json)."""
+
+    def on_virtual(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        engine = VirtualEngine()
+        shown = kwargs.pop("on_point")
+
+        def on_point(point: GridPoint, done: int, total: int) -> None:
+            shown(point, done, total)
+            if done == 2:
+                raise KeyboardInterrupt
+
+        return real_calibrate(
+            target,
+            replace(plan, idle_gap_s=0.0),
+            clock=engine.clock,
+            transport=engine.transport(),
+            on_point=on_point,
+            **kwargs,
+        )
+
+    monkeypatch.setattr(live_commands, "calibrate", on_virtual)
+    res = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--url",
+            "http://fake.invalid",
+            "--out",
+            str(out),
+            "--max-num-seqs",
+            "8",
+            "--max-num-batched-tokens",
+            "2048",
+            "--prefill-tokens",
+            "64,512",
+            "--decode-batches",
+            "1,4",
+            "--context-tokens",
+            "32,256",
+            "--repeats",
+            "2",
+        ],
+    )
+    assert res.exit_code == 130, res.stderr
+    return out.with_name(f"{out.stem}.partial.json")
+
+
+def test_kvbudgets_other_json_files_given_as_a_cost_model_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measurements an interrupted calibrate --url keeps (OUT.partial.json), a run's
+    summary.json, validate's validation.json and a sweep's sweep.json, each given to
+    --cost-model, were told "field 'kind' must be 'linear', 'vllm-v1' or 'roofline'", as if a
+    cost model lacked a field. Each is now named for what it is; the partial file with the
+    calibrate command (its quoted --out) that finishes it."""
+    scenario = _scenario(tmp_path)
+    out = tmp_path / "cal dir" / "cost ü.json"
+    partial = _interrupted_calibration(out, monkeypatch)
+    run = tmp_path / "sim run"
+    res = runner.invoke(app, ["simulate", "--scenario", str(scenario), "--out", str(run)])
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(app, ["validate", "--records", str(run), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(
+        app,
+        [
+            "sweep",
+            "--scenario",
+            str(scenario),
+            "--grid",
+            "engine.num_gpu_blocks=1500,2500",
+            "--out",
+            str(tmp_path / "sw"),
+        ],
+    )
+    assert res.exit_code == 0, res.stderr
+    readers = (
+        ["simulate", "--scenario", str(scenario)],
+        ["compare", "--scenario", str(scenario)],
+        ["plan", "--gpus", "H100-80GB", "--out", str(tmp_path / "plan")],
+        ["validate", "--records", str(run), "--out", str(tmp_path / "v2")],
+    )
+    for reader in readers:
+        err = _refused([*reader, "--cost-model", str(partial)])
+        assert (
+            f"{partial}: the grid measurements an interrupted calibrate --url kept, not a "
+            f"cost model: {out} is fitted and written once the whole grid is measured; "
+            "rerun the same calibrate command (--url http://fake.invalid --out "
+            f"{shlex.quote(str(out))} ...) with --resume"
+        ) in err, err
+    for file, what in (
+        (run / "summary.json", "a run's summary (simulate, replay or serve"),
+        (tmp_path / "v" / "validation.json", "validate's comparison"),
+        (tmp_path / "sw" / "sweep.json", "a study's description (sweep.json)"),
+    ):
+        err = _refused(["simulate", "--scenario", str(scenario), "--cost-model", str(file)])
+        assert f"{file}: {what}" in err and "field 'kind'" not in err, err
