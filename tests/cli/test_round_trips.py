@@ -18,6 +18,7 @@ from kvbudget.cli.main import app
 from kvbudget.live.calibrate import CalibrationPlan, GridPoint
 from kvbudget.live.calibrate import calibrate as real_calibrate
 from kvbudget.live.openai_client import ServerTarget
+from kvbudget.workloads.traces.load import load_trace
 from tests.conftest import small_scenario_dict
 from tests.unit.live.test_backends_calibrate import VirtualEngine
 from tests.unit.live.test_backends_live_gateway import Fake, _trace_file, fake  # noqa: F401
@@ -234,3 +235,39 @@ def test_kvbudgets_other_json_files_given_as_a_cost_model_are_named(
     ):
         err = _refused(["simulate", "--scenario", str(scenario), "--cost-model", str(file)])
         assert f"{file}: {what}" in err and "field 'kind'" not in err, err
+
+
+RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
+
+
+@pytest.mark.parametrize(
+    ("recording", "block_tokens"),
+    [
+        ("guidellm-0.8.1/turns3_concurrent2.json", 16),
+        ("published/inference-sim-jan20-codellama-prefill-1-excerpt.json", 1024),
+    ],
+)
+def test_a_converted_traces_prefix_hashes_keep_their_block_size(
+    tmp_path: Path, recording: str, block_tokens: int
+) -> None:
+    """trace convert of a recording whose prefix hashes name 16-token blocks (GuideLLM's
+    conversations) wrote .jsonl and .csv files that say nothing of the size: simulate --trace
+    of them refused the file kvbudget wrote ("2 hashes for 47 prompt tokens: a hash names a
+    block of 512 tokens"), and 1,024-token hashes were read as 512-token ones, half the shared
+    prefix, exit 0. Those encodings are now refused naming the .parquet that keeps the size;
+    the .parquet is read back with it."""
+    source = RECORDINGS / recording
+    for suffix in (".jsonl", ".csv"):
+        out = tmp_path / f"converted trace{suffix}"
+        err = _refused(["trace", "convert", str(source), "--out", str(out)])
+        assert (
+            f"the requests' prefix hashes (hash_ids) name blocks of {block_tokens} tokens, "
+            f"which a {suffix} file cannot record" in err
+        ), err
+        assert "write converted trace.parquet, which keeps the size" in err and not out.exists()
+    out = tmp_path / "converted trace.parquet"
+    res = runner.invoke(app, ["trace", "convert", str(source), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    assert load_trace(out).workload.prefix_block_tokens == block_tokens
+    res = runner.invoke(app, ["simulate", "--trace", str(out), "--model", "Llama-3.1-8B"])
+    assert res.exit_code == 0, res.stderr
