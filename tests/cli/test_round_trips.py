@@ -4,6 +4,7 @@ through the CLI, paths with spaces included. A reader refuses only with a true r
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -271,3 +272,32 @@ def test_a_converted_traces_prefix_hashes_keep_their_block_size(
     assert load_trace(out).workload.prefix_block_tokens == block_tokens
     res = runner.invoke(app, ["simulate", "--trace", str(out), "--model", "Llama-3.1-8B"])
     assert res.exit_code == 0, res.stderr
+
+
+def _bare(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_a_simulated_run_read_as_a_recording_is_said_to_be_one(tmp_path: Path) -> None:
+    """calibrate --records SIM_RUN and validate --records SIM_RUN, a simulate run directory,
+    read it as measured ("60 measured"): the cost file fitted to it looked like one fitted to
+    a server, the validation like a check against one. Both now say it is a simulation, and
+    the cost file's and validation.json's notes keep it."""
+    run = tmp_path / "sim run"
+    res = runner.invoke(
+        app, ["simulate", "--scenario", str(_scenario(tmp_path)), "--out", str(run)]
+    )
+    assert res.exit_code == 0, res.stderr
+    said = f"{run} is a simulated run (simulate or compare --out: its summary names no executor"
+    cost = tmp_path / "cost.json"
+    res = runner.invoke(
+        app, ["calibrate", "--records", str(run), "--out", str(cost), "--allow-small-fit"]
+    )
+    assert res.exit_code == 0, res.stderr
+    assert _bare(said) in _bare(res.stderr), res.stderr  # the note's lines break in the path
+    assert any(n.startswith(said) for n in json.loads(cost.read_text())["calibration"]["notes"])
+    res = runner.invoke(app, ["validate", "--records", str(run), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.stderr
+    assert _bare(said) in _bare(res.stderr), res.stderr  # the note's lines break in the path
+    notes = json.loads((tmp_path / "v" / "validation.json").read_text())["notes"]
+    assert any(n.startswith(said) for n in notes), notes
