@@ -417,6 +417,11 @@ def build_report(
     dirs = [Path(d) for d in run_dirs]
     runs = load_runs(dirs)
     meas = read_run(Path(measured)) if measured is not None else None
+    if meas is not None and meas.summary.get("executor") is None:
+        raise ValueError(f"--measured: {measured}: a simulated run (simulate or compare --out: "
+                         "its summary names no executor), not a measured one: it would be "
+                         "reported as measured; --measured takes a live run (replay or serve "
+                         "--out); give simulated runs side by side as run directories")
     records = analysis.label_runs({k: r.records for k, r in runs.items()})
     rng = np.random.default_rng(seed)
     pct = analysis.percentile_table(

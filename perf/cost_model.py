@@ -21,6 +21,7 @@ called with floats and with numpy arrays of many steps at once, and both must gi
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -336,8 +337,46 @@ def _read_payload(path: Path) -> dict[str, Any]:
     return payload
 
 
+_OTHER_FILES = (
+    (frozenset({"policy", "overall", "tiers"}), "a run's summary (simulate, replay or serve "
+     "--out), not a cost model: kvbudget calibrate --records RUN_DIR --out FILE fits one to a "
+     "measured run"),
+    (frozenset({"metrics", "per_request", "num_compared"}), "validate's comparison "
+     "(validation.json), not a cost model: give the cost-model file it validated"),
+    (frozenset({"axes", "num_points", "num_runs"}), "a study's description (sweep.json), not "
+     "a cost model"),
+)
+"""kvbudget's other JSON files, told apart by the keys they always write (a run's
+``summary.json``, ``validation.json``, ``sweep.json``; the partial file's: ``_PARTIAL``):
+given where a cost model is wanted, each was told "field 'kind' must be 'linear', 'vllm-v1'
+or 'roofline'", as if a cost model lacked a field."""
+
+_PARTIAL = frozenset({"done", "samples", "server"})
+"""Keys of the measurements an interrupted ``calibrate --url`` keeps beside its ``--out``
+(``live.calibrate_partial.CalibrationProgress``: ``cost.json`` -> ``cost.partial.json``)."""
+
+
+def _refuse_other_file(path: Path, payload: dict[str, Any]) -> None:
+    if payload.keys() >= _PARTIAL:
+        server = payload.get("server")
+        url = server.get("url") if isinstance(server, dict) else None
+        out = path.with_name(path.name.removesuffix(".partial.json") + ".json") \
+            if path.name.endswith(".partial.json") else None
+        rerun = (f" (--url {url} --out {shlex.quote(str(out))} ...)"
+                 if isinstance(url, str) and out is not None else "")
+        raise ValueError(
+            f"{path}: the grid measurements an interrupted calibrate --url kept, not a cost "
+            f"model: {out or 'its --out'} is fitted and written once the whole grid is "
+            f"measured; rerun the same calibrate command{rerun} with --resume")
+    for keys, what in _OTHER_FILES:
+        if payload.keys() >= keys:
+            raise ValueError(f"{path}: {what}")
+
+
 def _model_from_payload(path: Path, payload: dict[str, Any]) -> CostModel:
     kind = payload.get("kind")
+    if kind is None:
+        _refuse_other_file(path, payload)
     if kind == "vllm-v1":
         try:
             return VllmStepModel.from_json(payload, embedded_model(payload))

@@ -520,6 +520,20 @@ def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
                "simulated front end's fixed time stands for")]
 
 
+SIMULATED_RUN = (
+    "{path} is a simulated run (simulate or compare --out: its summary names no executor; a "
+    "live replay's and serve's do): its times are the simulator's, not measurements, so a fit "
+    "to it recovers the simulator's own parameters and a validation compares the simulator "
+    "with itself")
+"""Said of a simulation read as a recording (``calibrate`` / ``validate --records``): it was
+read as measured ("60 measured") and a cost file fitted to it looked like one fitted to a
+server; the note is kept in the cost file's and validation.json's ``notes``."""
+
+
+def _simulated_said(path: Path, summary: dict[str, Any]) -> list[str]:
+    return [SIMULATED_RUN.format(path=path)] if summary.get("executor") is None else []
+
+
 def read_run_dir(path: Path, default_tier: str) -> Recording:
     """Read a ``kvbudget replay`` (or ``simulate --out``) run directory."""
     try:
@@ -577,7 +591,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[loop.label if loop else ""] * n, itl_mean=_itl_means(path, rec),
                        config=config, counts=counts,
-                       notes=([rules] if rules else []) + _gateway_times_said(meta, rec)
-                       + ([loop_said] if loop_said else []),
+                       notes=_simulated_said(path, run.summary) + ([rules] if rules else [])
+                       + _gateway_times_said(meta, rec) + ([loop_said] if loop_said else []),
                        output_measured=output, stages=(loop,) if loop else ())
     return replace(recording, workload=workload)

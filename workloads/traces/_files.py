@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,24 @@ def is_servegen_path(path: Path) -> bool:
     """A ServeGen chunk file or a directory of them (named here so that telling the format
     does not load the ServeGen reader)."""
     return path.is_dir() or SERVEGEN_CHUNK.search(path.name) is not None
+
+
+def refuse_run_directory(path: Path) -> None:
+    """A kvbudget run directory (``simulate``, ``compare`` or ``replay --out``) given as a
+    trace was told it "holds no ServeGen chunk-N-trace.csv files", as if it were a ServeGen
+    folder short of its files: refused naming what it is and what reads it. Its
+    ``requests.parquet`` holds what the run generated (0 output tokens for a refused request,
+    part of the answer for a dropped one), not what the requests asked for."""
+    runs = [path] if (path / "requests.parquet").is_file() else sorted(
+        p for p in path.iterdir() if (p / "requests.parquet").is_file())
+    if not runs:
+        return
+    what = "a kvbudget run directory (simulate, compare or replay --out)" if runs[0] == path \
+        else f"a folder of {len(runs)} kvbudget run directories (compare --out)"
+    raise TraceError(path, f"is {what}, not a trace: a run's requests.parquet holds what the "
+                     "run generated, not what the requests ask for; give the trace the run "
+                     "read, or compare a simulation with the run: kvbudget validate --records "
+                     f"{shlex.quote(str(runs[0]))} --out DIR")
 
 
 @dataclass(frozen=True)

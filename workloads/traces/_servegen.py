@@ -39,7 +39,12 @@ from kvbudget.workloads.arrivals import MAX_REQUESTS, split_streams
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS
 from kvbudget.workloads.pmf import cdf_sample
-from kvbudget.workloads.traces._files import SERVEGEN_CHUNK, check_readable, file_facts
+from kvbudget.workloads.traces._files import (
+    SERVEGEN_CHUNK,
+    check_readable,
+    file_facts,
+    refuse_run_directory,
+)
 from kvbudget.workloads.traces._finish import DROP_TRUNCATED, RawTrace, Streams
 from kvbudget.workloads.traces.options import TraceOptions
 
@@ -55,6 +60,7 @@ def _chunks(path: Path, options: TraceOptions) -> list[tuple[int, Path, Path]]:
         ids = sorted({int(m.group(1)) for p in path.iterdir()
                       if (m := SERVEGEN_CHUNK.search(p.name))})
         if not ids:
+            refuse_run_directory(path)
             raise TraceError(path, "holds no ServeGen chunk-N-trace.csv files")
         folder = path
     else:

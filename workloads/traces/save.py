@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces.options import DEFAULT_PREFIX_BLOCK_TOKENS
 from kvbudget.workloads.workload import Workload
 
 SAVE_SUFFIXES = (".parquet", ".csv", ".jsonl")
@@ -90,6 +91,24 @@ def check_save_path(path: str | Path) -> Path:
     return path
 
 
+def _check_block_size(workload: Workload, path: Path, suffix: str) -> None:
+    """A CSV or JSON lines file cannot say how many tokens its ``hash_ids`` name (a Parquet
+    file keeps it in its metadata): read back, each hash is taken as Mooncake's 512-token
+    block. A recording's 16-token hashes (GuideLLM's, AIPerf's conversations) were written so,
+    and ``simulate --trace`` of the file refused it ("2 hashes for 47 prompt tokens"), or, for
+    larger blocks (1,024 tokens), read it with half the shared prefix, unsaid. Refused with
+    what keeps the size."""
+    size = workload.prefix_block_tokens
+    if workload.prefix_hashes is None or suffix == ".parquet" or (
+            size == DEFAULT_PREFIX_BLOCK_TOKENS):
+        return
+    raise TraceError(path, f"the requests' prefix hashes (hash_ids) name blocks of {size} "
+                     f"tokens, which a {suffix} file cannot record: read back, each would be "
+                     f"taken as a {DEFAULT_PREFIX_BLOCK_TOKENS}-token block (Mooncake's); "
+                     f"write {path.with_suffix('.parquet').name}, which keeps the size",
+                     field="hash_ids")
+
+
 def save_workload(workload: Workload, path: str | Path) -> Path:
     """Write ``workload`` to ``path`` in the generic format; the extension picks the encoding
     (``.parquet``, ``.csv`` or ``.jsonl``). CSV keeps prefix hashes as space-separated integers.
@@ -99,6 +118,7 @@ def save_workload(workload: Workload, path: str | Path) -> Path:
     for name in workload.tier_names:
         if '"' in name or "\\" in name:
             raise TraceError(path, f"tier name {name!r} cannot be written", field="tier")
+    _check_block_size(workload, path, suffix)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".jsonl":

@@ -129,7 +129,13 @@ def test_report_on_two_runs(two_runs: list[Path], cli_report: Path) -> None:
 
 
 def test_report_compares_with_a_measured_run(two_runs: list[Path], tmp_path: Path) -> None:
-    rep = build_report(two_runs, tmp_path / "a", measured=two_runs[0], num_resamples=200)
+    # the first run's records as a live replay's run (--measured takes only a live run: a
+    # simulation there is refused, test_round_trips)
+    measured = tmp_path / "measured"
+    shutil.copytree(two_runs[0], measured)
+    summary = json.loads((measured / "summary.json").read_text())
+    (measured / "summary.json").write_text(json.dumps({**summary, "executor": "live"}))
+    rep = build_report(two_runs, tmp_path / "a", measured=measured, num_resamples=200)
     page = check_report(tmp_path / "a", expected_figures=11)
     assert len(rep.png_paths) == 11
     assert "Simulated against measured" in page.headings
