@@ -12,7 +12,7 @@
 #                                                      # aiperf-trace; options the first
 #                                                      # runs leave out: vllm-options,
 #                                                      # vllm-datasets, vllm-timed,
-#                                                      # vllm-ranges,
+#                                                      # vllm-ranges, vllm-files,
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # aiperf-warmup, aiperf-runs,
@@ -24,7 +24,8 @@
 #                                                      # inference-perf-capped,
 #                                                      # inference-perf-trace,
 #                                                      # inference-perf-sweep;
-#                                                      # evalscope; genai-bench;
+#                                                      # evalscope, evalscope-options;
+#                                                      # genai-bench, genai-bench-options;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
@@ -261,6 +262,63 @@ run_vllm_timed() {
                   --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
     "$VLLM_BIN/vllm" "${common[@]}" --result-filename timed_trace.json
     "$VLLM_BIN/vllm" "${common[@]}" --max-concurrency 2 --result-filename timed_trace_c2.json
+}
+
+run_vllm_files() {
+    # vllm bench serve's file datasets, made here as small files in each one's format (vLLM
+    # 0.32.0 benchmarks/datasets/datasets.py), 12 requests each, kept in files/, all sent to
+    # /v1/chat/completions (--backend openai-chat) at 8 req/s capped at 2 in flight, no
+    # --ignore-eos (the client forces it for random, random-mm and timed_trace only: serve.py
+    # main_async): ShareGPT's JSON (ShareGPTDataset: the first two turns of each entry with 2
+    # or more, shuffled by the seed; each request's output length is its answer's token count);
+    # BurstGPT's CSV (BurstGPTDataset: GPT-4 rows with Response tokens > 0, drawn with
+    # pandas' sample; each prompt made of "Request tokens" synthetic token ids, decoded, its
+    # timestamps not used); the custom JSONL (CustomDataset: each line's output_tokens, the
+    # chat template left to the server: --skip-chat-template, or the client applies the
+    # tokenizer's own, which the tiny model has none of). sonnet is gone from
+    # 0.32.0's --dataset-name choices: not run
+    local version dest i
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/files"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    "$VLLM_PY" -c "import pandas" 2>/dev/null || "$VLLM_PY" -m pip install -q pandas >&2
+    local words=(the gateway admits a request when its reservation fits the budget of its tier
+                 and queues it otherwise until enough blocks are free)
+    {
+        echo "["
+        for i in $(seq 14); do
+            # entry 7 has one turn only: ShareGPTDataset leaves it out
+            if [[ $i -eq 7 ]]; then echo '{"id": "7", "conversations": [{"from": "human", "value": "alone"}]},'; continue; fi
+            printf '{"id": "%d", "conversations": [{"from": "human", "value": "%s"}, {"from": "gpt", "value": "%s"}]}%s\n' \
+                "$i" "${words[*]:0:$((4 + i))}" "${words[*]:$i:$((4 + i % 5))}" "$([[ $i -lt 14 ]] && echo ,)"
+        done
+        echo "]"
+    } >"$WORK/sharegpt.json"
+    {
+        echo "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
+        for i in $(seq 16); do
+            # every fourth row ChatGPT's and row 6 a failed one (0 response tokens): left out
+            model=GPT-4; [[ $((i % 4)) -eq 0 ]] && model=ChatGPT
+            out=$((6 + i)); [[ $i -eq 6 ]] && out=0
+            echo "$((i * 3)),$model,$((20 + 2 * i)),$out,$((26 + 3 * i)),Conversation log"
+        done
+    } >"$WORK/burstgpt.csv"
+    : >"$WORK/custom.jsonl"
+    for i in $(seq 12); do
+        printf '{"prompt": "%s", "output_tokens": %d}\n' "${words[*]:0:$((3 + i))}" \
+            $((6 + i)) >>"$WORK/custom.jsonl"
+    done
+    local common=(bench serve --backend openai-chat --endpoint /v1/chat/completions
+                  --base-url "$URL" --model tiny --tokenizer "$MODEL_DIR"
+                  --num-prompts 12 --seed 0 --request-rate 8 --max-concurrency 2
+                  --save-result --save-detailed --result-dir "$dest" --disable-tqdm)
+    "$VLLM_BIN/vllm" "${common[@]}" --dataset-name sharegpt --dataset-path "$WORK/sharegpt.json" \
+        --result-filename sharegpt_rate8_c2.json
+    "$VLLM_BIN/vllm" "${common[@]}" --dataset-name burstgpt --dataset-path "$WORK/burstgpt.csv" \
+        --result-filename burstgpt_rate8_c2.json
+    "$VLLM_BIN/vllm" "${common[@]}" --dataset-name custom --dataset-path "$WORK/custom.jsonl" \
+        --custom-output-len -1 --skip-chat-template --result-filename custom_chat_rate8_c2.json
 }
 
 # vLLM's offline benchmark (no server): its --output-json file times no request, and kvbudget
@@ -845,8 +903,9 @@ run_evalscope() {
     local py dest dead
     py=$(tool_venv evalscope "$EVALSCOPE_VERSION" python3 "evalscope[perf]==$EVALSCOPE_VERSION")
     dest="$OUT/evalscope-$EVALSCOPE_VERSION"
-    rm -rf "$WORK/es" "$dest"
+    rm -rf "$WORK/es"
     mkdir -p "$dest"
+    find "$dest" -mindepth 1 -maxdepth 1 ! -name options -exec rm -rf {} +  # evalscope-options
     local common=(perf --url "$URL/v1/completions" --api openai --model tiny
                   --tokenizer-path "$MODEL_DIR" --dataset random --min-prompt-length 32
                   --max-prompt-length 32 --max-tokens 16 --min-tokens 16
@@ -885,8 +944,9 @@ run_genai_bench() {
     py=$(tool_venv genai-bench "$GENAI_BENCH_VERSION" python3)
     gb="$(dirname "$py")/genai-bench"
     dest="$OUT/genai-bench-$GENAI_BENCH_VERSION"
-    rm -rf "$WORK/gb" "$dest"
+    rm -rf "$WORK/gb"
     mkdir -p "$dest" "$WORK/gb"
+    find "$dest" -mindepth 1 -maxdepth 1 ! -name two_scenarios -exec rm -rf {} +  # genai-bench-options
     local common=(benchmark --api-backend vllm --api-key dummy --api-model-name tiny
                   --model-tokenizer "$MODEL_DIR" --model tiny --task text-to-text
                   --traffic-scenario "D(32,128)" --max-time-per-run 1
@@ -906,6 +966,54 @@ run_genai_bench() {
         mkdir -p "$dest/$exp"
         cp "$WORK/gb/$exp"/*.json "$dest/$exp/"
     done
+}
+
+run_evalscope_options() {
+    # evalscope's load options the runs above leave out, kept in options/: a sweep of 1 then 3
+    # users with their requests due at Poisson times of 6 req/s (--rate with a --parallel
+    # list: each run capped); each request's max_tokens drawn from 8 to 24 (--max-tokens 8 24,
+    # uniform per request) with --min-tokens 4 and no ignore_eos (the answer may end at EOS)
+    local py dest
+    py=$(tool_venv evalscope "$EVALSCOPE_VERSION" python3 "evalscope[perf]==$EVALSCOPE_VERSION")
+    dest="$OUT/evalscope-$EVALSCOPE_VERSION/options"
+    rm -rf "$WORK/es-options" "$dest"
+    mkdir -p "$dest"
+    local common=(perf --url "$URL/v1/completions" --api openai --model tiny
+                  --tokenizer-path "$MODEL_DIR" --dataset random --min-prompt-length 32
+                  --max-prompt-length 32 --seed 0 --sleep-interval 1
+                  --outputs-dir "$WORK/es-options" --no-timestamp)
+    "$py" -m evalscope.cli.cli "${common[@]}" --name capped_sweep --parallel 1 3 --number 6 9 \
+        --rate 6 --max-tokens 16 --min-tokens 16 --extra-args '{"ignore_eos": true}'
+    "$py" -m evalscope.cli.cli "${common[@]}" --name token_range --parallel 2 --number 10 \
+        --max-tokens 8 24 --min-tokens 4
+    (cd "$WORK/es-options" && find . -name 'benchmark_data.db' -o -name 'benchmark_args.json' \
+        -o -name 'benchmark_summary.json' -o -name 'benchmark_percentile.json' |
+        while read -r f; do mkdir -p "$dest/$(dirname "$f")"; cp "$f" "$dest/$f"; done)
+}
+
+run_genai_bench_options() {
+    # genai-bench's load options the runs above leave out, kept in two_scenarios/ (an experiment of
+    # its own beside closed/ and options/): one experiment of
+    # two scenarios (D(32,128), D(64,128)) at 1 then 2 users each (4 runs, scenarios outer),
+    # each ended by --max-requests-per-run 6 within its --max-time-per-run 1 (a minute: the
+    # option counts minutes, cli.py multiplies it by 60). Not kept: a run ended by its time
+    # limit (at least a minute: some 250 requests, 200 KB a run, on the tiny model); the
+    # replay of one is checked with AIPerf's and GuideLLM's time-limited runs
+    # (tests/unit/studies/test_time_limited_replay.py)
+    local py gb dest
+    py=$(tool_venv genai-bench "$GENAI_BENCH_VERSION" python3)
+    gb="$(dirname "$py")/genai-bench"
+    dest="$OUT/genai-bench-$GENAI_BENCH_VERSION/two_scenarios"
+    rm -rf "$WORK/gb-options" "$dest"
+    mkdir -p "$dest" "$WORK/gb-options"
+    (cd "$WORK/gb-options" && "$gb" benchmark --api-backend vllm --api-key dummy \
+        --api-model-name tiny --model-tokenizer "$MODEL_DIR" --model tiny --task text-to-text \
+        --traffic-scenario "D(32,128)" --traffic-scenario "D(64,128)" \
+        --num-concurrency 1 --num-concurrency 2 --max-time-per-run 1 \
+        --max-requests-per-run 6 --server-engine vLLM --api-base "$URL" \
+        --experiment-base-dir "$WORK/gb-options" --log-dir "$WORK/gb-options" \
+        --experiment-folder-name two_scenarios)
+    cp "$WORK/gb-options/two_scenarios"/*.json "$dest/"
 }
 
 # wait_spans FILE N: until the OTLP receiver has counted N spans (vLLM exports them in batches)
@@ -971,14 +1079,15 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
                                     guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup aiperf-runs
                                     inference-perf inference-perf-options inference-perf-turns
                                     inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
-                                    evalscope genai-bench vllm-otel)
+                                    evalscope evalscope-options genai-bench
+                                    genai-bench-options vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -989,6 +1098,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-datasets) run_vllm_datasets ;;
     vllm-timed) run_vllm_timed ;;
     vllm-ranges) run_vllm_ranges ;;
+    vllm-files) run_vllm_files ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-options) run_guidellm_options ;;
@@ -1015,6 +1125,8 @@ for tool in "${TOOLS[@]}"; do
     inference-perf-unstreamed) run_inference_perf_unstreamed ;;
     evalscope) run_evalscope ;;
     genai-bench) run_genai_bench ;;
+    evalscope-options) run_evalscope_options ;;
+    genai-bench-options) run_genai_bench_options ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

@@ -178,8 +178,14 @@ class ClosedLoopUsers:
 
     def close(self, end_s: float) -> None:
         """The run ended at ``end_s``: the requests never sent (their users' requests never
-        ended) "arrive" at the end."""
+        ended, or a time-limited loop's users were freed after its limit) "arrive" at the end
+        as the users see it: ``end_s``, or the latest send a user had scheduled when that is
+        later (a request's user is freed when the client sees it end, after the engine
+        finished it: the API server's modelled time, so the engine may go idle before the
+        limit while every user is freed after it; ``studies.recorded_replay`` takes a request
+        dated after the limit for one the users did not send)."""
         self.running = False
+        end_s = max([end_s, *(t for t in self.pending if t < math.inf)])
         if self.sent is not None:
             self.workload.arrival_s[~self.sent] = end_s
         else:

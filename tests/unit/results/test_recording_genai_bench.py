@@ -255,8 +255,8 @@ def test_a_metadata_file_alone_names_what_is_missing(tmp_path: Path) -> None:
 def test_the_folder_above_experiments_names_them() -> None:
     # --experiment-base-dir holds one folder an experiment
     assert detect_recording_format(FIXTURES) == "genai-bench"
-    with pytest.raises(TraceError, match="its experiments are all_failed, closed, options: pass "
-                       "one"):
+    with pytest.raises(TraceError, match="its experiments are all_failed, closed, options, "
+                       "two_scenarios: pass one"):
         read_recording(FIXTURES)
 
 

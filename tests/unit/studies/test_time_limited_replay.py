@@ -229,3 +229,28 @@ def test_the_docs_figures_of_the_tools_cuts() -> None:
     measured = int((rec.measured["status"] != "warmup").sum())
     assert (f"its files hold the {measured} request that ended in time and the "
             f"{rec.counts['num_warmup']} warm-ups") in doc
+
+
+@pytest.mark.parametrize("path", [AIPERF, GUIDELLM])
+def test_requests_unsent_at_the_limit_are_the_clients_when_the_engine_idles_before_it(
+        path: Path) -> None:
+    """A request its user sees end after the engine finished it (the API server's modelled
+    time, ``frontend_overhead_s``) frees its user after the last engine step: with the engine
+    idle before the tool's limit and every user freed after it, the run ended before the limit.
+    The requests never sent were dated at that end, before the limit, so they were not taken
+    for unsent but counted as the server's losses ("expired (end_of_run)"), and validate refused
+    the comparison (a real genai-bench run of 2 users over 120 s: 197 of 1,554). They are dated
+    when the users would next have sent, after the limit: the client's."""
+    rec = read_recording(path)
+    plans = stage_plans(rec)
+    assert plans is not None and plans[0].loop is not None
+    until = plans[0].loop.send_until_s
+    assert until is not None
+    # 0.8 s in the engine, then 2.5 s more before its user sees the end: the engine is idle
+    # from about 0.8 s, every user freed after the limit
+    run = simulate_recording(rec, CONFIG, cost_model=SLOW, frontend_overhead_s=2.5)
+    records = run.records
+    assert (records.loc[records["status"] == "completed", "finished_s"] >= until).all()
+    assert not (records["status"] == "expired").any()
+    assert (records["reason"] == NOT_SENT).sum() > 0
+    assert replay_problems(rec, records) is None
