@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from kvbudget.simulator.scenario import Scenario
 
-__all__ = ["errors_line", "study_repr", "study_setting"]
+__all__ = ["defaulted_of", "errors_line", "study_repr", "study_setting"]
 
 
 SAME_REQUESTS = (
@@ -32,6 +32,15 @@ SAME_REQUESTS = (
     "0 wide, no margin for other traffic (--sample-fraction or --tier-shares draw anew in each)")
 """Said by a study of a trace whose load drew nothing: its replications' intervals (plan's
 and tune's "95 % t interval", compare -r's) would read as a margin they are not."""
+
+
+def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[str]]:
+    """``{"defaulted": ["gpu", "model"]}``: the fields of ``scn`` its runs take from the default
+    scenario, which nobody gave (:attr:`~kvbudget.simulator.scenario.Scenario.defaulted`; not
+    one the study varies, ``varies``' dotted keys), as a run's ``summary.json`` keeps them; for
+    a study's result file beside its ``gpu`` and ``model``. Empty where there are none."""
+    left = sorted(k for k in scn.defaulted if all(v.split(".")[0] != k for v in varies))
+    return {"defaulted": left} if left else {}
 
 
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
