@@ -24,6 +24,7 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
+    once_where_fixed,
     span,
     study_replications,
 )
@@ -147,10 +148,10 @@ def plan_cmd(
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         table, sources = _price_table(prices, price)
-        names: tuple[str, ...] = ()
-        if policies is not None:
-            names = tuple(policy_names(policies))
+        names = () if policies is None else tuple(policy_names(policies))
         param_values = _param_values(grid)
+        replications = once_where_fixed(scn, replications, [*PLAN_AXES, *(param_values or {})],
+                                        interval=interval)
         spec = PlanSpec(
             scn, gpus=DEFAULT_GPUS if gpus is None else _gpu_list(gpus),
             gpus_given=gpus is not None, tensor_parallel=_list(tp, "--tp", int),

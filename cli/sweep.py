@@ -28,6 +28,7 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
+    once_where_fixed,
     span,
     study_replications,
 )
@@ -153,6 +154,7 @@ def sweep_cmd(
         axes = _sweep_axes(policies, grid, rate_scale)
         refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
                                          if a.key not in ("policy", "rate_scale")})
+        replications = once_where_fixed(scn, replications, [a.key for a in axes])
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume,
                                 defaults=defaults_said(setup, varies=[a.key for a in axes]))
@@ -308,6 +310,8 @@ def tune_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy)  # an unknown --policy refused by its name
+        if once_where_fixed(scn, replications, [p.split("=")[0].strip() for p in param]) == 1:
+            replications, validate = 1, 0  # fresh seeds would re-run the same runs too
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
@@ -487,6 +491,7 @@ def capacity_cmd(
             raise CliError(f"--rel-tol: must be in (0, 1), got {rel_tol:g}")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
+        replications = once_where_fixed(scn, replications, ["rate_scale"], interval=interval)
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
