@@ -170,8 +170,8 @@ def compare_cmd(
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
-            replications = once_where_fixed(scn, replications, ["policy"])
-            setting = say_workload(scn, defaults=defaults_said(setup))
+            replications, once = once_where_fixed(scn, replications, ["policy"])
+            setting = say_workload(scn, defaults=defaults_said(setup), once=once)
             result = _replicated(scn, names, replications, seed if replications > 1 else None,
                                  metric, confidence, setting, (executor, jobs, address), out)
             wrote = out

@@ -10,7 +10,6 @@ import typer
 
 from kvbudget.cli.errors import CliError
 from kvbudget.cli.options import MAX_REPLICATIONS
-from kvbudget.results.said import fill
 from kvbudget.studies.intervals import check_level
 from kvbudget.studies.setting import one_run_said
 
@@ -57,17 +56,15 @@ def study_replications(interval: float | None, draws: int | None,
     return n
 
 
-def once_where_fixed(scn: "Scenario", replications: int, varies: Collection[str] = (), *,
-                     interval: float | None = None) -> int:
-    """``replications``, or 1 where every replication would be the same run (a trace whose
-    every draw is fixed: :func:`~kvbudget.studies.setting.one_run_said`), said on stderr in
-    one line: the first replication's run is the answer, and an interval over copies of it
-    would be none."""
+def once_where_fixed(scn: "Scenario", replications: int, varies: Collection[str] = (),
+                     interval: float | None = None) -> tuple[int, str | None]:
+    """``replications`` and None, or 1 and the line that says why where every replication
+    would be the same run (a trace whose every draw is fixed:
+    :func:`~kvbudget.studies.setting.one_run_said`): the first replication's run is the
+    answer, and an interval over copies of it would be none. :func:`say_workload` says the
+    line in place of :data:`~kvbudget.studies.setting.SAME_REQUESTS`."""
     said = one_run_said(scn, varies, interval=interval) if replications > 1 else None
-    if said is None:
-        return replications
-    typer.echo(fill(said), err=True)
-    return 1
+    return (replications, None) if said is None else (1, said)
 
 
 def span(low: float, high: float, *, unit: str = "") -> str:

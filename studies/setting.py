@@ -61,7 +61,7 @@ def one_run_said(scn: Scenario, varies: Collection[str] = (), *,
     return ("one run: the trace's every draw is fixed (arrivals, lengths, tiers and max_tokens "
             "from the file; no speculative decoding, closed loop, jittered client retries or "
             "--interval draws from the seed), so every replication would be this run "
-            "exactly: ran once (seed of replication 0), no interval over replications")
+            "exactly: ran once, and no interval over replications is given")
 
 
 def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[str]]:

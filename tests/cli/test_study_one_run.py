@@ -24,6 +24,7 @@ from tests.conftest import small_scenario_dict
 
 runner = CliRunner()
 ONE_RUN = "one run: the trace's every draw is fixed"
+SAME = "replications: each runs the trace's same requests"  # said in its place by the one run
 
 
 def _trace(tmp_path: Path, n: int = 60) -> Path:
@@ -72,7 +73,8 @@ def test_a_sweep_of_a_fixed_trace_runs_once_and_is_the_first_replication(
     res = runner.invoke(app, ["sweep", "--trace", str(trace), "--out", str(out), "-j", "1",
                               "--policies", "conservative,overcommit", "--no-plot"])
     assert res.exit_code == 0, res.output
-    assert res.stderr.count(ONE_RUN) == 1 and "2 configurations x 1 replication" in res.stderr
+    assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr and "2 configurations x 1 replication" in res.stderr
+    assert "replications: each runs" not in res.stderr  # the one-run line in its place
     assert "±" not in res.stdout
     once = pd.read_parquet(out / "sweep.parquet")
     assert once["replication"].tolist() == [0, 0]
@@ -95,7 +97,7 @@ def test_a_capacity_search_of_a_fixed_trace_runs_once_as_its_first_replication(
     res = runner.invoke(app, ["capacity", "--trace", str(trace), "--out", str(out), "-j", "1",
                               "--rel-tol", "0.3", "--no-plot"])
     assert res.exit_code == 0, res.output
-    assert res.stderr.count(ONE_RUN) == 1 and "mean over 1 replication" in res.stdout
+    assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr and "mean over 1 replication" in res.stdout
     assert json.loads((out / "capacity.json").read_text())["replications"] == 1
     once = pd.read_parquet(out / "evidence.parquet")
     three = capacity(CapacitySpec(make_scenario(trace=trace), rel_tol=0.3,
@@ -119,7 +121,7 @@ def test_plan_and_tune_of_a_fixed_trace_run_once(tmp_path: Path, study: str,
     res = runner.invoke(app, [study, "--trace", str(trace), "--out", str(out), "-j", "1",
                               *flags])
     assert res.exit_code == 0, res.output
-    assert res.stderr.count(ONE_RUN) == 1
+    assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr
     said = json.loads((out / f"{study}.json").read_text())
     assert said["replications"] == 1
     if study == "tune":  # no fresh seeds: they would re-run the same runs
@@ -139,7 +141,7 @@ def test_compare_r_of_a_fixed_trace_runs_once_as_its_first_replication(tmp_path:
     res = runner.invoke(app, ["compare", "--trace", str(trace), "-r", "3", "--seed", "4",
                               "--policies", "conservative,overcommit", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert res.stderr.count(ONE_RUN) == 1 and "±" not in res.stdout
+    assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr and "±" not in res.stdout
     assert f"wrote {out}/runs.parquet, compare.csv" in res.stdout
     once = pd.read_parquet(out / "runs.parquet")
     three = compare(make_scenario(trace=trace, seed=4), ["conservative", "overcommit"],
