@@ -31,6 +31,7 @@ from kvbudget.cli.simulate import (
     interval_draws_of,
     records_for_load,
 )
+from kvbudget.cli.study_intervals import once_where_fixed
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
@@ -159,6 +160,7 @@ def compare_cmd(
         check_out_dir(out)
         scn = setup.build(seed=seed)
         defaults: str | None = None
+        wrote: Path | None = None  # the replicated runs' table, said after the screen
         if replications == 1:
             result = compare(scn, names, metrics=metric)
             defaults = defaults_said(setup)  # said once the trace has loaded
@@ -168,9 +170,11 @@ def compare_cmd(
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
-            setting = say_workload(scn, defaults=defaults_said(setup))
-            result = _replicated(scn, names, replications, seed, metric, confidence, setting,
-                                 (executor, jobs, address), out)
+            replications, once = once_where_fixed(scn, replications, ["policy"])
+            setting = say_workload(scn, defaults=defaults_said(setup), once=once)
+            result = _replicated(scn, names, replications, seed if replications > 1 else None,
+                                 metric, confidence, setting, (executor, jobs, address), out)
+            wrote = out
     if as_json:
         if replications == 1:
             say_assumed(defaults)  # on stderr, beside the JSON
@@ -188,8 +192,8 @@ def compare_cmd(
             typer.echo(render_intervals(headline(s), s["intervals"]))
     else:
         typer.echo(render_comparison(result, wide=wide))
-        if out is not None:
-            typer.echo(f"wrote {out}/runs.parquet, compare.csv")
+    if wrote is not None and not as_json:
+        typer.echo(f"wrote {wrote}/runs.parquet, compare.csv")
 
 
 def _replicated(scn: "Scenario", names: list[str], replications: int, seed: int | None,

@@ -24,6 +24,7 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
+    once_where_fixed,
     span,
     study_replications,
 )
@@ -147,10 +148,10 @@ def plan_cmd(
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
         table, sources = _price_table(prices, price)
-        names: tuple[str, ...] = ()
-        if policies is not None:
-            names = tuple(policy_names(policies))
+        names = () if policies is None else tuple(policy_names(policies))
         param_values = _param_values(grid)
+        replications, once = once_where_fixed(scn, replications,
+                                              [*PLAN_AXES, *(param_values or {})], interval)
         spec = PlanSpec(
             scn, gpus=DEFAULT_GPUS if gpus is None else _gpu_list(gpus),
             gpus_given=gpus is not None, tensor_parallel=_list(tp, "--tp", int),
@@ -161,7 +162,7 @@ def plan_cmd(
             interval=interval)
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
-                           resume=resume, defaults=defaults_said(setup, varies=PLAN_AXES))
+                           resume=resume, said=(defaults_said(setup, varies=PLAN_AXES), once))
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
@@ -229,17 +230,19 @@ def _param_values(grid: list[str] | None) -> dict[str, tuple[Any, ...]] | None:
 
 
 def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
-              address: str | None, resume: bool, defaults: str | None = None) -> PlanResult:
+              address: str | None, resume: bool,
+              said: tuple[str | None, str | None] = (None, None)) -> PlanResult:
     """:func:`~kvbudget.studies.plan.plan` with a progress bar; Ctrl-C (exit 130) and a run
-    that fails (exit 1) say that the finished runs are kept; ``defaults``: what was left to
+    that fails (exit 1) say that the finished runs are kept; ``said``: what was left to
     the default scenario (:func:`~kvbudget.cli.options.defaults_said`), said with the
-    setting."""
+    setting, and why the plan runs once (``once_where_fixed``), or None."""
+    defaults, once = said
     bar: Bar | None = None
 
     def on_start(total: int, stored: int) -> tuple[str, ...]:
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
-        setting = say_workload(spec.scenario, varies=["gpu"], defaults=defaults)
+        setting = say_workload(spec.scenario, varies=["gpu"], defaults=defaults, once=once)
         typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
                         "configuration stops at its first replica count that meets the SLOs"),
                    err=True)

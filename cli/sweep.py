@@ -28,6 +28,7 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
+    once_where_fixed,
     span,
     study_replications,
 )
@@ -153,9 +154,11 @@ def sweep_cmd(
         axes = _sweep_axes(policies, grid, rate_scale)
         refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
                                          if a.key not in ("policy", "rate_scale")})
+        replications, once = once_where_fixed(scn, replications, [a.key for a in axes])
         plan = SweepPlan(scn, tuple(axes), replications, seed)
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume,
-                                defaults=defaults_said(setup, varies=[a.key for a in axes]))
+                                defaults=defaults_said(setup, varies=[a.key for a in axes]),
+                                once=once)
         metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
@@ -184,7 +187,8 @@ def _sweep_axes(policies: str | None, grid: list[str] | None, rate_scale: str | 
 
 
 def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Path, *,
-                    resume: bool, defaults: str | None = None) -> "pd.DataFrame":
+                    resume: bool, defaults: str | None = None, once: str | None = None
+                    ) -> "pd.DataFrame":
     """:func:`~kvbudget.studies.sweep.run_sweep` with a progress bar and its rate line;
     ``defaults``: what was left to the default scenario, said with the setting."""
     bar: Bar | None = None
@@ -192,7 +196,8 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
     def on_start(todo: int, stored: int) -> None:
         nonlocal bar
         # once the options and the stored runs have been checked
-        say_workload(plan.scenario, varies=[a.key for a in plan.axes], defaults=defaults)
+        say_workload(plan.scenario, varies=[a.key for a in plan.axes], defaults=defaults,
+                     once=once)
         typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
                         f"{counted(plan.replications, 'replication')} = "
                         f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
@@ -308,6 +313,9 @@ def tune_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy)  # an unknown --policy refused by its name
+        replications, once = once_where_fixed(scn, replications,
+                                              [p.split("=")[0].strip() for p in param])
+        validate = validate if once is None else 0  # fresh seeds would re-run the same runs
         spec = TuneSpec(
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
@@ -323,7 +331,7 @@ def tune_cmd(
         )
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn, varies=[p.key for p in spec.params],
+        setting = say_workload(scn, varies=[p.key for p in spec.params], once=once,
                                defaults=defaults_said(setup, varies=[p.key for p in spec.params]))
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)
         written = result.write(out)
@@ -487,6 +495,8 @@ def capacity_cmd(
             raise CliError(f"--rel-tol: must be in (0, 1), got {rel_tol:g}")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
+        replications, once = once_where_fixed(scn, replications, ["rate_scale"],
+                                              interval=interval)
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
@@ -496,7 +506,7 @@ def capacity_cmd(
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=["rate_scale"],  # the search scales the load
-                               defaults=defaults_said(setup))
+                               defaults=defaults_said(setup), once=once)
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

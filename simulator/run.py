@@ -507,8 +507,9 @@ class _Simulation:
         config = self.config
         return {
             "policy_params": _jsonable(self.policy.describe()),
-            "gpu": config.gpu,
-            "model": config.model,
+            "gpu": str(config.gpu),
+            "model": str(config.model),
+            **({"defaulted": list(config.defaulted)} if config.defaulted else {}),
             "num_gpu_blocks": num_gpu_blocks,
             "block_size": block_size,
             "cost_model": _jsonable(self.setup.cost_model.describe()),

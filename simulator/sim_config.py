@@ -105,6 +105,19 @@ class ReplicaSetup:
     """The step-time model (:meth:`SimConfig.resolved_cost_model`)."""
 
 
+class Assumed(str):
+    """A :class:`SimConfig` field's own default, which the caller did not give (``SimConfig()``
+    names no GPU or model): its value is the default's, and a run says it as assumed
+    (:attr:`SimConfig.defaulted`), not as given. A ``str``, equal to the name it holds; kept
+    through :func:`dataclasses.replace` (the field's value passes on as it is)."""
+
+    __slots__ = ()
+
+
+ASSUMED_GPU = Assumed("H100-80GB")
+ASSUMED_MODEL = Assumed("Llama-3.1-8B")
+
+
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Everything about a simulation besides the workload and the policy.
@@ -132,8 +145,8 @@ class SimConfig:
     column, no attempts table, no client figures in the summary.
     """
 
-    gpu: str = "H100-80GB"
-    model: str = "Llama-3.1-8B"
+    gpu: str = ASSUMED_GPU
+    model: str = ASSUMED_MODEL
     engine: EngineConfig = field(default_factory=EngineConfig)
     tiers: tuple[TierConfig, ...] = DEFAULT_TIERS
     cost_model: CostModel | None = None
@@ -149,6 +162,13 @@ class SimConfig:
     frontend: str | None = None
     closed_loop: ClosedLoop | None = None
     disaggregation: Disaggregation | None = None  # prefill and decode pools (simulator.disagg)
+
+    @property
+    def defaulted(self) -> tuple[str, ...]:
+        """``gpu``, ``model``: those the caller left to this class's defaults
+        (:class:`Assumed`), which the run's summary keeps (``defaulted``) so that its
+        ``simulated:`` line says them as assumed."""
+        return tuple(k for k in ("gpu", "model") if isinstance(getattr(self, k), Assumed))
 
     def __post_init__(self) -> None:
         if self.engine_defaults not in ENGINE_DEFAULTS:

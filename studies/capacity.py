@@ -47,7 +47,7 @@ import numpy as np
 
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw, WorldDraws, check_level
-from kvbudget.studies.setting import study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -261,6 +261,7 @@ class CapacityResult:
             "num_gpus": num_gpus(s.scenario),
             "gpu": s.scenario.spec.gpu,
             "model": s.scenario.spec.model,
+            **defaulted_of(s.scenario),
             "policies": [c.describe() for c in self.capacities],
             **({} if s.interval is None else {"interval": {
                 "level": s.interval, "combines": s.combines(),

@@ -72,7 +72,7 @@ from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies import plan_disagg
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import WorldDraws, check_level
-from kvbudget.studies.setting import study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -374,7 +374,9 @@ class PlanResult:
     def describe(self) -> dict[str, Any]:
         s = self.spec
         return {
-            "gpus": list(s.gpus), "tensor_parallel": list(s.tensor_parallel),
+            "gpus": list(s.gpus), "gpus_given": s.gpus_given,
+            "model": s.scenario.spec.model, **defaulted_of(s.scenario, ["gpu"]),
+            "tensor_parallel": list(s.tensor_parallel),
             "replicas": list(s.replicas), "disagg_replicas": list(s.disagg_replicas),
             "policies": list(s.policies),
             "slos": [str(c) for c in s.slos], "prices_usd_per_gpu_hour": dict(s.prices),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from kvbudget.simulator.scenario import Scenario
 
-__all__ = ["errors_line", "study_repr", "study_setting"]
+__all__ = ["defaulted_of", "errors_line", "one_run_said", "study_repr", "study_setting"]
 
 
 SAME_REQUESTS = (
@@ -32,6 +32,45 @@ SAME_REQUESTS = (
     "0 wide, no margin for other traffic (--sample-fraction or --tier-shares draw anew in each)")
 """Said by a study of a trace whose load drew nothing: its replications' intervals (plan's
 and tune's "95 % t interval", compare -r's) would read as a margin they are not."""
+
+
+DRAWING_KEYS = ("workload", "closed_loop", "clients", "seed", "engine.speculative_config")
+"""Scenario keys a study may vary whose values can make a run draw from its seed (a workload's
+sampling, a closed loop's think times, clients' jittered retries, speculative acceptance)."""
+
+
+def one_run_said(scn: Scenario, varies: Collection[str] = (), *,
+                 interval: float | None = None) -> str | None:
+    """The line a study says where every replication of ``scn`` would be the same run, so one
+    run is the answer (None where any draw remains): a trace whose loading drew nothing
+    (arrivals, lengths, tiers and max_tokens all the file's: ``workload.meta["drawn"]``), run
+    with no engine or client feature that draws from the run's seed (speculative decoding's
+    accepted tokens, a closed loop's think times, clients' jittered retries: the seed's only
+    other uses, in :mod:`kvbudget.simulator`), no ``--interval`` (each replication draws the
+    step model) and nothing in ``varies`` (the study's dotted keys) that could add a draw."""
+    if interval is not None or any(
+            k == d or k.startswith(d + ".") for k in varies for d in DRAWING_KEYS):
+        return None
+    if scn.workload().meta.get("drawn") is not False:
+        return None
+    spec, config = scn.spec, scn.sim_config()
+    if (config.engine.speculative_config is not None or config.closed_loop is not None
+            or spec.closed_loop is not None
+            or any(c.retries and c.jitter != "none" for _, c in config.clients)):
+        return None
+    return ("one run: the trace's every draw is fixed (arrivals, lengths, tiers and max_tokens "
+            "from the file; no speculative decoding, closed loop, jittered client retries or "
+            "--interval draws from the seed), so every replication would be this run "
+            "exactly: ran once, and no interval over replications is given")
+
+
+def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[str]]:
+    """``{"defaulted": ["gpu", "model"]}``: the fields of ``scn`` its runs take from the default
+    scenario, which nobody gave (:attr:`~kvbudget.simulator.scenario.Scenario.defaulted`; not
+    one the study varies, ``varies``' dotted keys), as a run's ``summary.json`` keeps them; for
+    a study's result file beside its ``gpu`` and ``model``. Empty where there are none."""
+    left = sorted(k for k in scn.defaulted if all(v.split(".")[0] != k for v in varies))
+    return {"defaulted": left} if left else {}
 
 
 def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:

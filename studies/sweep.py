@@ -47,6 +47,7 @@ from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import ScenarioSpec, dump_spec, parse_override, scenario_from_dict
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw
+from kvbudget.studies.setting import defaulted_of
 from kvbudget.workloads import Workload
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.workload import scale_rate
@@ -581,6 +582,7 @@ class SweepPlan:
         return {
             "scenario": scenario_data(self.scenario),
             "base_dir": str(self.scenario.base_dir),
+            **defaulted_of(self.scenario, [a.key for a in self.axes]),
             "axes": {a.key: list(a.values) for a in self.axes},
             "replications": self.replications,
             "root_seed": self.root_seed,

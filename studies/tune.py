@@ -42,7 +42,7 @@ import tomli_w
 from kvbudget.results.said import figure
 from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies.executors import in_process
-from kvbudget.studies.setting import study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
@@ -420,6 +420,9 @@ class TuneResult:
     def describe(self) -> dict[str, Any]:
         s = self.spec
         return {
+            "gpu": s.scenario.spec.gpu,
+            "model": s.scenario.spec.model,
+            **defaulted_of(s.scenario, [p.key for p in s.params]),
             "objective": s.objective,
             "maximize": s.maximize,
             "constraints": [str(c) for c in s.constraints],

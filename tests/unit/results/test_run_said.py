@@ -4,6 +4,8 @@ and assumed, not their arrays."""
 from __future__ import annotations
 
 import json
+import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,10 @@ def test_a_runs_repr_says_what_it_simulated_and_assumed(tmp_path: Path) -> None:
     run = kb.simulate(loaded.workload, kb.make_policy("conservative"), kb.SimConfig())
     lines = repr(run).splitlines()
     assert lines[0] == "RunResult: conservative, 30 requests offered: 30 completed"
-    assert lines[1].startswith("simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB)")
+    # SimConfig() named neither: its defaults are said as assumed, not 'given as H100-80GB'
+    assert " ".join(ln.strip() for ln in lines[1:3]).startswith(
+        "simulated: Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
+        "default scenario's H100-80GB)")
     said = [ln.split(":")[0] for ln in lines if not ln.startswith("  ")]
     assert said[2:] == ["warning", "assumed", "assumed", "overall", ".records (30 rows), .timeline "
                         f"({len(run.timeline):,} rows), .token_gaps, .summary (every figure)"]
@@ -28,6 +33,31 @@ def test_a_runs_repr_says_what_it_simulated_and_assumed(tmp_path: Path) -> None:
     # a run read back from its directory shows the same
     run.write(tmp_path / "run")
     assert repr(kb.read_run(tmp_path / "run")) == repr(run)
+
+
+def test_simconfigs_own_defaults_are_said_as_assumed_and_a_name_given_as_given() -> None:
+    # kb.simulate(..., kb.SimConfig()) said 'Llama-3.1-8B on H100-SXM (given as H100-80GB)':
+    # the caller gave neither; one typed (even the default's name) is said as given
+    w = kb.Workload(arrival_s=np.array([0.0, 0.5]), prompt_tokens=np.array([100, 200]),
+                    output_tokens=np.array([10, 20]), max_output_tokens=np.array([10, 20]),
+                    tier=np.zeros(2, np.int16), tier_names=("interactive",),
+                    deadline_s=np.full(2, np.nan), request_id=np.arange(2), name="two")
+    policy = kb.make_policy("unlimited")
+    cases = [(kb.SimConfig(), ["gpu", "model"]),
+             (replace(kb.SimConfig(), seed=3), ["gpu", "model"]),  # replace keeps what was assumed
+             (kb.SimConfig(gpu="H100-80GB"), ["model"]),
+             (kb.SimConfig(gpu="H100-80GB", model="Llama-3.1-8B"), None)]
+    for config, defaulted in cases:
+        run = kb.simulate(w, policy, config)
+        assert run.summary.get("defaulted") == defaulted
+        line = " ".join(ln.strip() for ln in repr(run).splitlines()[1:3])
+        gpu_said = ("H100-SXM (assumed: the default scenario's H100-80GB)" if defaulted and "gpu"
+                    in defaulted else "H100-SXM (given as H100-80GB)")
+        model_said = ("Llama-3.1-8B (assumed: the default scenario's)" if defaulted
+                      else "Llama-3.1-8B")
+        assert line.startswith(f"simulated: {model_said} on {gpu_said}"), line
+    assert pickle.loads(pickle.dumps(kb.SimConfig())).defaulted == ("gpu", "model")
+    assert kb.SimConfig() == kb.SimConfig(gpu="H100-80GB", model="Llama-3.1-8B")
 
 
 def test_a_summary_without_its_workload_says_none() -> None:

@@ -33,5 +33,7 @@ def test_simulate_refuses_a_scenario_for_a_workload() -> None:
 
 def test_simulate_without_a_config_says_the_defaults_it_took() -> None:
     run = kb.simulate(_workload(), kb.make_policy("conservative"))
-    assert repr(run).splitlines()[1].startswith(
-        "simulated: Llama-3.1-8B on H100-SXM (given as H100-80GB), engine vllm")
+    # assumed, not 'given as H100-80GB': the caller named neither
+    assert " ".join(ln.strip() for ln in repr(run).splitlines()[1:3]).startswith(
+        "simulated: Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
+        "default scenario's H100-80GB), engine vllm")
