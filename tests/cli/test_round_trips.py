@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
 from typer.testing import CliRunner
@@ -301,3 +302,28 @@ def test_a_simulated_run_read_as_a_recording_is_said_to_be_one(tmp_path: Path) -
     assert _bare(said) in _bare(res.stderr), res.stderr  # the note's lines break in the path
     notes = json.loads((tmp_path / "v" / "validation.json").read_text())["notes"]
     assert any(n.startswith(said) for n in notes), notes
+
+
+def test_a_json_lines_key_first_given_after_line_1_is_read(tmp_path: Path) -> None:
+    """A user's JSON lines trace whose deadline_s first appears on line 2 had it dropped
+    silently (the fields read were those of the first record): convert wrote every deadline
+    as null. Every record's keys are read now; a later key of the wrong type is refused
+    naming its line and field."""
+    trace = tmp_path / "own trace.jsonl"
+    records = [
+        {"arrival_s": 0.0, "prompt_tokens": 100, "output_tokens": 10},
+        {"arrival_s": 0.5, "prompt_tokens": 120, "output_tokens": 12, "deadline_s": 3.0},
+        {"arrival_s": 1.0, "prompt_tokens": 90, "output_tokens": 9, "max_output_tokens": 64},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "converted.jsonl"
+    res = runner.invoke(app, ["trace", "convert", str(trace), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["deadline_s"] for r in rows] == [None, 3.0, None]
+    assert rows[2]["max_output_tokens"] == 64
+    deadlines = load_trace(out).workload.deadline_s  # the converted file reads it back
+    assert deadlines[1] == 3.0 and np.isnan(deadlines[[0, 2]]).all()
+    trace.write_text(trace.read_text() + json.dumps({**records[0], "id": "r-4"}) + "\n")
+    err = _refused(["trace", "convert", str(trace), "--out", str(tmp_path / "again.jsonl")])
+    assert "line 4: field 'id': not a number: 'r-4'" in err, err

@@ -470,6 +470,18 @@ def _generic_raw(path: Path, fmt: str, numbers: Mapping[str, Any], labels: Mappi
     )
 
 
+def _jsonl_given(cols: JsonColumns, names: Mapping[str, str]) -> set[str]:
+    """The generic format's fields that some record of a JSON lines file gives a value."""
+    def has_value(col: str) -> bool:
+        if col in cols.numbers:
+            return not bool(np.isnan(cols.numbers[col]).all())
+        if col in cols.labels:
+            return bool((cols.labels[col][0] >= 0).any())
+        return col in cols.lists and len(cols.lists[col][0]) > 0
+
+    return {canon for canon in CANONICAL_COLUMNS if has_value(names[canon])}
+
+
 def _check_mapped(path: Path, options: TraceOptions, present: set[str],
                   names: Mapping[str, str]) -> None:
     """A column the options map by name (``--column arrival_s=ts``) is in the file: one that
@@ -493,20 +505,21 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
         keys = set(first) if isinstance(first, dict) else set()
         present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
-        _check_mapped(path, options, present, names)
-        _refuse_unmapped_arrival(path, [str(k) for k in first], present, options)
         if isinstance(first, dict):  # a line that is no object: the reader says so
             _refuse_missing(path, [str(k) for k in first], present, names, "first line")
-        for canon in GENERIC_REQUIRED:
-            present.add(canon)
-        jkinds: dict[str, JsonKind] = {}
-        for canon in present:
-            jkinds[names[canon]] = _GENERIC_KIND[canon]  # type: ignore[assignment]
+        # every field the format reads is read from every record: one whose key first
+        # appears after line 1 (a deadline_s given to some requests) is kept, not dropped
+        jkinds: dict[str, JsonKind] = {
+            names[canon]: _GENERIC_KIND[canon]  # type: ignore[misc]
+            for canon in CANONICAL_COLUMNS}
         if options.tier_column is not None:
             jkinds.setdefault(options.tier_column, "label")
         cols = read_jsonl_columns(facts, jkinds, fmt="generic",
                                   required=[*(names[c] for c in GENERIC_REQUIRED),
                                             *_tier_required(options)])
+        present |= _jsonl_given(cols, names)
+        _check_mapped(path, options, present, names)
+        _refuse_unmapped_arrival(path, [str(k) for k in first], present, options)
         raw = _generic_raw(path, "generic-jsonl", cols.numbers, cols.labels, cols.lists,
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
