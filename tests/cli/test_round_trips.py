@@ -327,3 +327,46 @@ def test_a_json_lines_key_first_given_after_line_1_is_read(tmp_path: Path) -> No
     trace.write_text(trace.read_text() + json.dumps({**records[0], "id": "r-4"}) + "\n")
     err = _refused(["trace", "convert", str(trace), "--out", str(tmp_path / "again.jsonl")])
     assert "line 4: field 'id': not a number: 'r-4'" in err, err
+
+
+def test_a_live_calibration_of_an_unbundled_model_keeps_its_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """calibrate --url --gpu H100 of a served model kvbudget does not bundle ('fake') wrote no
+    fitted_on at all: the GPU given was dropped, and simulate on an A100 used the file with a
+    note that it could not be checked. The file keeps the GPU (and -tp, the KV dtype) now, and
+    is checked as a calibrate --records file is: another GPU refused naming both, the same
+    GPU used with a note that its model is not checked."""
+
+    def on_virtual(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        engine = VirtualEngine()
+        return real_calibrate(
+            target,
+            replace(plan, idle_gap_s=0.0),
+            clock=engine.clock,
+            transport=engine.transport(),
+            **kwargs,
+        )
+
+    monkeypatch.setattr(live_commands, "calibrate", on_virtual)
+    cost = tmp_path / "cost of fake.json"
+    flags = ["--prefill-tokens", "64,512", "--decode-batches", "1,4", "--context-tokens"]
+    res = runner.invoke(
+        app,
+        ["calibrate", "--url", "http://fake.invalid", "--out", str(cost), "--gpu", "H100",
+         *flags, "32,256", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    said = " ".join(res.stderr.split())
+    assert f"note: {cost} records the GPU it was fitted on, not its model" in said, said
+    fitted_on = json.loads(cost.read_text())["fitted_on"]
+    assert fitted_on["gpu"]["name"] == "H100-SXM" and fitted_on["model"]["served"] == "fake"
+    scenario = _scenario(tmp_path)
+    run = ["simulate", "--scenario", str(scenario), "--cost-model", str(cost)]
+    err = _refused([*run, "--gpu", "A100-80GB", "--out", str(tmp_path / "a100")])
+    assert f"{cost}: fitted on H100-SXM / 'fake' TP1 EP1, KV cache auto, not A100-80GB" in err
+    res = runner.invoke(app, [*run, "--gpu", "H100", "--out", str(tmp_path / "h100")])
+    assert res.exit_code == 0, res.stderr
+    assert "its GPU and parallelism match, its model cannot be checked" in " ".join(
+        res.stderr.split()
+    )
