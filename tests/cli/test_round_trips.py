@@ -370,3 +370,31 @@ def test_a_live_calibration_of_an_unbundled_model_keeps_its_gpu(
     assert "its GPU and parallelism match, its model cannot be checked" in " ".join(
         res.stderr.split()
     )
+
+
+def test_a_plan_or_capacity_result_given_as_a_cost_model_is_named(tmp_path: Path) -> None:
+    """plan.json and capacity.json given to --cost-model were told "field 'kind' must be
+    'linear', 'vllm-v1' or 'roofline'", as if a cost model lacked a field (round 72 named a
+    run's summary, validation.json and sweep.json). Each is now named for what it is; files
+    written by the real plan and capacity commands."""
+    scenario = _scenario(tmp_path)
+    plan, capacity = tmp_path / "plan out", tmp_path / "capacity out"
+    res = runner.invoke(
+        app,
+        ["plan", "--scenario", str(scenario), "--gpus", "H100-80GB", "--replicas", "1",
+         "--replications", "1", "--out", str(plan)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(
+        app,
+        ["capacity", "--scenario", str(scenario), "--replications", "1", "--rel-tol", "0.5",
+         "--out", str(capacity)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    for file, what in (
+        (plan / "plan.json", "a plan's result (plan --out: plan.json), not a cost model"),
+        (capacity / "capacity.json", "a capacity search's result (capacity --out: "
+         "capacity.json), not a cost model"),
+    ):  # fmt: skip
+        err = _refused(["simulate", "--scenario", str(scenario), "--cost-model", str(file)])
+        assert f"{file}: {what}" in err and "field 'kind'" not in err, err
