@@ -398,3 +398,21 @@ def test_a_plan_or_capacity_result_given_as_a_cost_model_is_named(tmp_path: Path
     ):  # fmt: skip
         err = _refused(["simulate", "--scenario", str(scenario), "--cost-model", str(file)])
         assert f"{file}: {what}" in err and "field 'kind'" not in err, err
+
+
+@pytest.mark.parametrize("reader", [["trace", "convert"], ["validate", "--records"]])
+def test_a_study_table_given_as_a_trace_or_recording_is_named(
+    tmp_path: Path, reader: list[str]
+) -> None:
+    """sweep.parquet given to trace convert or validate --records was told to map
+    --column prompt_tokens=COLUMN, though no column of it holds that: it is named as a study's
+    table now (written by the real sweep)."""
+    scenario = _scenario(tmp_path)
+    study = tmp_path / "sweep out"
+    grid = ["--grid", "engine.num_gpu_blocks=1500,2500"]
+    res = runner.invoke(app, ["sweep", "--scenario", str(scenario), *grid, "--out", str(study)])
+    assert res.exit_code == 0, res.stderr
+    table = study / "sweep.parquet"
+    err = _refused([*reader, str(table), "--out", str(tmp_path / "out.jsonl")])
+    assert f"{table}: a kvbudget study's table (sweep --out: sweep.parquet, one row a run)" in err
+    assert "--column" not in err, err

@@ -585,6 +585,11 @@ def _refuse_unmapped_arrival(path: Path, columns: list[str], present: set[str],
                          "arrivals in place of its times (--arrival)", field="arrival_s")
 
 
+_STUDY_COLUMNS = frozenset({"run_key", "point", "replication", "seed"})
+"""The columns that identify a run in a study's table (``studies.sweep.ID_COLUMNS``), which a
+trace's or a recording's file does not hold all of."""
+
+
 def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Mapping[str, str],
                     what: str = "header") -> None:
     """A generic file without a column the format needs (``prompt_tokens``,
@@ -592,6 +597,11 @@ def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Ma
     that holds it: the column the common tools' name or a close spelling suggests
     (``input_tokens``, ``prompt_tokns``), else ``COLUMN``. ``what``: where the columns were
     read (a CSV's header, a JSON line's keys, a Parquet file's schema)."""
+    if not all(c in present for c in GENERIC_REQUIRED) and set(columns) >= _STUDY_COLUMNS:
+        raise TraceError(path, "a kvbudget study's table (sweep --out: sweep.parquet, one "
+                         "row a run), not a trace or a recording: it keeps each run's metrics, "
+                         "not its requests; give the trace its scenario ran (validate "
+                         "--records: a run directory, simulate or replay --out)")
     for canon in GENERIC_REQUIRED:  # in order: the first missing is the one named
         if canon in present:
             continue
