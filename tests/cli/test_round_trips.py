@@ -136,6 +136,11 @@ def test_report_measured_takes_a_live_run_not_a_simulation(
     assert res.exit_code == 0, res.stderr
     html = (tmp_path / "r" / "report.html").read_text()
     assert f"against the measured run {live}" in html
+    # a simulation of another workload (the scenario's 30 requests, not the trace's 6) was
+    # refused "request 0 has tier ..." naming no file: now both runs and what differs
+    err = _refused(["report", str(run), "--measured", str(live), "--out", str(tmp_path / "r2")])
+    assert f"{run}: another workload than --measured {live}: of the 6 requests both hold " in err
+    assert "(30 in the run, 6 measured)" in err and "in prompt tokens differ" in err, err
 
 
 def _interrupted_calibration(out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
