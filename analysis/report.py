@@ -434,6 +434,8 @@ def build_report(
     figs = _figures(records, pct, runs, window_s)
     compare_html = ""
     if meas is not None:
+        for run_dir, run in zip(dirs, runs.values(), strict=True):
+            _refuse_other_workload(run_dir, run, meas, measured)
         tables, compare_figs = _measured_comparison(runs, meas, measured)
         figs.extend(compare_figs)
         compare_html = "<h2>Simulated against measured</h2>\n" + "\n".join(tables)
@@ -508,6 +510,33 @@ def _figures(records: pd.DataFrame, pct: pd.DataFrame, runs: Mapping[str, RunRes
         _Fig("not_completed", "Requests that did not complete, by outcome and reason.",
              lambda: plots.rejections(records)),
     ]
+
+
+def _refuse_other_workload(run_dir: Path, run: RunResult, meas: RunResult,
+                           measured: Path | None) -> None:
+    """A run of another workload than the measured run's (the requests they share by
+    ``request_id`` of other tiers or prompts) is refused in one line naming both runs and
+    what differs: paired on ``request_id``, its errors would compare other requests."""
+    sim, real = run.records, meas.records
+    if not {"request_id", "tier"} <= set(sim.columns) & set(real.columns):
+        return  # join_measured names the missing column
+    cols = ["request_id", "tier", *(["prompt_tokens"] if "prompt_tokens" in sim.columns
+                                    and "prompt_tokens" in real.columns else [])]
+    both = real[cols].merge(sim[cols], on="request_id", suffixes=("_meas", "_sim"))
+    differ = [(name, both[f"{name}_sim"].astype(str) != both[f"{name}_meas"].astype(str))
+              for name in cols[1:]]
+    said = [f"{int(mask.sum()):,} in {name.replace('_', ' ')}" for name, mask in differ
+            if mask.any()]
+    if not said:
+        return
+    name, mask = next((n, m) for n, m in differ if m.any())
+    i = int(np.argmax(mask.to_numpy()))
+    raise ValueError(
+        f"{run_dir}: another workload than --measured {measured}: of the {len(both):,} requests "
+        f"both hold ({len(sim):,} in the run, {len(real):,} measured), {', '.join(said)} differ "
+        f"(request {int(both['request_id'].iloc[i])}: {name} {both[f'{name}_sim'].iloc[i]!r} "
+        f"simulated, {both[f'{name}_meas'].iloc[i]!r} measured); compare a simulation of the "
+        "trace the measured run replayed")
 
 
 def _measured_comparison(runs: Mapping[str, RunResult], meas: RunResult, measured: Path | None

@@ -43,7 +43,7 @@ from kvbudget.live.validate import (
     run_live_validation,
     simulated_engine_line,
 )
-from kvbudget.perf.fitted_on_write import fitted_on_extra, target_or_why
+from kvbudget.perf.fitted_on_write import fitted_on_extra, fitted_on_gpu_extra, target_or_why
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import KV_CACHE_DTYPES
 from kvbudget.perf.vllm_defaults import BLOCK_SIZE, VLLM_VERSION, batch_defaults
@@ -868,6 +868,13 @@ def _fitted_on(model: Any, gpu: str | None, served: str | None, out: Path, *,
     preset, ``--gpu``), or a note saying why the file cannot record it."""
     target = target_or_why(gpu, served, tensor_parallel_size=tensor_parallel_size,
                            kv_cache_dtype=kv_cache_dtype)
+    if isinstance(target, str) and gpu is not None and served is not None \
+            and target.startswith("the served model"):
+        typer.echo(f"note: {out} records the GPU it was fitted on, not its model ({target}): "
+                   "its GPU and parallelism are checked where it is used, its model is not",
+                   err=True)
+        return fitted_on_gpu_extra(gpu, served, tensor_parallel_size=tensor_parallel_size,
+                                   kv_cache_dtype=kv_cache_dtype)
     if isinstance(target, str):
         typer.echo(f"note: {out} does not record the GPU and model it was fitted on ({target}"
                    "): it cannot be checked where it is used", err=True)

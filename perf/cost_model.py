@@ -345,9 +345,13 @@ _OTHER_FILES = (
      "(validation.json), not a cost model: give the cost-model file it validated"),
     (frozenset({"axes", "num_points", "num_runs"}), "a study's description (sweep.json), not "
      "a cost model"),
+    (frozenset({"gpus", "tensor_parallel", "replicas", "prices_usd_per_gpu_hour"}),
+     "a plan's result (plan --out: plan.json), not a cost model"),
+    (frozenset({"metric", "rel_tol", "policies"}), "a capacity search's result (capacity "
+     "--out: capacity.json), not a cost model"),
 )
 """kvbudget's other JSON files, told apart by the keys they always write (a run's
-``summary.json``, ``validation.json``, ``sweep.json``; the partial file's: ``_PARTIAL``):
+``summary.json``, ``validation.json``, ``sweep.json``, ``plan.json``, ``capacity.json``; the partial file's: ``_PARTIAL``):
 given where a cost model is wanted, each was told "field 'kind' must be 'linear', 'vllm-v1'
 or 'roofline'", as if a cost model lacked a field."""
 

@@ -87,6 +87,23 @@ class FitTarget:
 
 
 @dataclass(frozen=True)
+class FittedGpu:
+    """What a file fitted to a served model kvbudget does not bundle records: the GPU,
+    parallelism and KV dtype, and the model by the name it was served as (no shapes)."""
+
+    gpu: GPUSpec
+    served: str
+    tensor_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"
+
+    def label(self) -> str:
+        """``GPU / 'served' TPn EPn``."""
+        return (f"{self.gpu.name} / {self.served!r} TP{self.tensor_parallel_size} "
+                f"EP{self.expert_parallel_size}")
+
+
+@dataclass(frozen=True)
 class CheckedCostModel:
     """A loaded cost model checked against its use: ``model`` (``None``: nothing carried, the
     default step model applies), its ``frontend_overhead_s`` (``None``: the default front
@@ -121,37 +138,62 @@ def _same_gpu(a: GPUSpec, b: GPUSpec) -> bool:
 
 
 def read_fitted_on(path: Path, payload: dict[str, Any]) -> FitTarget | None:
-    """The target a file records (``None`` for a file from before ``fitted_on``)."""
+    """The target a file records (``None`` for a file from before ``fitted_on``, and for one
+    that records the GPU alone: :func:`read_fitted_gpu` reads that)."""
     block = payload.get("fitted_on")
     if block is None:
         return None
     if not isinstance(block, dict):
         raise ValueError(f"{path}: field 'fitted_on' must be an object")
     try:
-        gpu_block = block.get("gpu")
-        figures = gpu_block.get("figures") if isinstance(gpu_block, dict) else None
-        if not isinstance(figures, dict):
-            raise ValueError("field 'fitted_on.gpu.figures' must be an object")
-        try:
-            gpu = GPUSpec(**figures)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"field 'fitted_on.gpu.figures': {exc}") from None
+        gpu, tp, ep, dtype = _deployment(block)
         model_block = block.get("model")
         if not isinstance(model_block, dict):
             raise ValueError("field 'fitted_on.model' must be an object")
+        if "config" not in model_block and isinstance(model_block.get("served"), str):
+            return None
         model = model_from_config_block(model_block.get("config"), "fitted_on.model.config")
-        ints = []
-        for key in ("tensor_parallel_size", "expert_parallel_size"):
-            value = block.get(key, 1)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"field 'fitted_on.{key}' must be an integer >= 1")
-            ints.append(value)
-        dtype = block.get("kv_cache_dtype", "auto")
-        if not isinstance(dtype, str):
-            raise ValueError("field 'fitted_on.kv_cache_dtype' must be a string")
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return FitTarget(gpu, model, ints[0], ints[1], dtype)
+    return FitTarget(gpu, model, tp, ep, dtype)
+
+
+def read_fitted_gpu(path: Path, payload: dict[str, Any]) -> FittedGpu | None:
+    """What a file fitted to a served model kvbudget does not bundle records (``calibrate
+    --url --gpu G`` of such a model): its GPU, parallelism, KV dtype and the served model's
+    name; ``None`` for any other file."""
+    block = payload.get("fitted_on")
+    model_block = block.get("model") if isinstance(block, dict) else None
+    if not isinstance(model_block, dict) or "config" in model_block \
+            or not isinstance(model_block.get("served"), str):
+        return None
+    try:
+        gpu, tp, ep, dtype = _deployment(block)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return FittedGpu(gpu, model_block["served"], tp, ep, dtype)
+
+
+def _deployment(block: dict[str, Any]) -> tuple[GPUSpec, int, int, str]:
+    """The GPU, tensor and expert parallelism and KV dtype of a ``fitted_on`` block."""
+    gpu_block = block.get("gpu")
+    figures = gpu_block.get("figures") if isinstance(gpu_block, dict) else None
+    if not isinstance(figures, dict):
+        raise ValueError("field 'fitted_on.gpu.figures' must be an object")
+    try:
+        gpu = GPUSpec(**figures)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"field 'fitted_on.gpu.figures': {exc}") from None
+    ints = []
+    for key in ("tensor_parallel_size", "expert_parallel_size"):
+        value = block.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"field 'fitted_on.{key}' must be an integer >= 1")
+        ints.append(value)
+    dtype = block.get("kv_cache_dtype", "auto")
+    if not isinstance(dtype, str):
+        raise ValueError("field 'fitted_on.kv_cache_dtype' must be a string")
+    return gpu, ints[0], ints[1], dtype
 
 
 def _transferable(path: Path, payload: dict[str, Any]) -> list[str]:
@@ -283,6 +325,9 @@ def _load_checked(read: CostFile, target: FitTarget, transfer: bool) -> CheckedC
     path, loaded, overhead, payload = read.path, read.model, read.frontend_overhead_s, \
         read.payload
     fitted = read_fitted_on(path, payload)
+    gpu_only = read_fitted_gpu(path, payload)
+    if gpu_only is not None:
+        return _checked_gpu_only(read, gpu_only, target, transfer)
     if fitted is None:
         return CheckedCostModel(loaded, overhead, (
             f"{path} does not record the GPU and model it was fitted on (a file from "
@@ -316,6 +361,32 @@ def _load_checked(read: CostFile, target: FitTarget, transfer: bool) -> CheckedC
                          source=f"{path} carried to {target.label()}")
     return CheckedCostModel(replace(base, **carried),
                             overhead if "frontend_overhead_s" in names else None, (note,))
+
+
+def _checked_gpu_only(read: CostFile, fitted: FittedGpu, target: FitTarget,
+                      transfer: bool) -> CheckedCostModel:
+    """A file that records its GPU but not its model's shapes (a served model kvbudget does
+    not bundle), checked as far as it can be: another GPU, parallelism or KV dtype refused (or
+    with ``transfer``, nothing carried: none of the parameters transfers to another GPU or
+    parallelism); the model noted as unchecked."""
+    path = read.path
+    same_gpu = _same_gpu(fitted.gpu, target.gpu)
+    same_parallel = (fitted.tensor_parallel_size, fitted.expert_parallel_size) == \
+        (target.tensor_parallel_size, target.expert_parallel_size)
+    same_kv = fitted.kv_cache_dtype == target.kv_cache_dtype
+    if same_gpu and same_parallel and same_kv:
+        return CheckedCostModel(read.model, read.frontend_overhead_s, (
+            f"{path}: fitted on {fitted.label()}, a served model kvbudget does not bundle: "
+            f"its GPU and parallelism match, its model cannot be checked against "
+            f"{target.label()}",))
+    if not transfer:
+        raise ValueError(f"{path}: fitted on {fitted.label()}, KV cache "
+                         f"{fitted.kv_cache_dtype}, not {target.label(True)}; "
+                         f"{_transfer_said()}")
+    return CheckedCostModel(None, None, (
+        f"{path}: fitted on {fitted.label()}, used for {target.label(True)}: carried nothing "
+        "(its model's shapes are not recorded, and another GPU, parallelism or KV dtype "
+        "takes none of its parameters); the defaults apply",))
 
 
 def fitted_engine_notes(path: Path, engine: str) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import ModelSpec, get_model, is_preset, resolve_model_name
 from kvbudget.perf.step_time import VllmStepModel
 
-__all__ = ["fitted_on_extra", "target_or_why"]
+__all__ = ["fitted_on_extra", "fitted_on_gpu_extra", "target_or_why"]
 
 
 def _model_block(model: ModelSpec) -> dict[str, Any]:
@@ -49,6 +49,26 @@ def fitted_on_extra(model: CostModel, target: FitTarget,
                        if v is None or isinstance(v, str | int | float | bool)},
         },
         "transferable": list(TRANSFERABLE_VLLM) if isinstance(model, VllmStepModel) else [],
+    }
+
+
+def fitted_on_gpu_extra(gpu: str, served: str, *, tensor_parallel_size: int = 1,
+                        kv_cache_dtype: str = "auto") -> dict[str, Any]:
+    """The ``fitted_on`` entry of a file fitted to a served model kvbudget does not bundle:
+    the GPU (``gpu`` a preset name or a GPU file), the parallelism and the KV dtype, which
+    every loader checks (:func:`kvbudget.perf.fitted_on.read_fitted_gpu`), and the model by
+    the name it was served as (its shapes are not known: it cannot be checked)."""
+    spec = get_gpu(gpu)
+    return {
+        "fitted_on": {
+            "gpu": {"name": spec.name, "figures": gpu_figures(spec)},
+            "model": {"served": served, "preset": False},
+            "tensor_parallel_size": tensor_parallel_size,
+            "expert_parallel_size": 1,
+            "kv_cache_dtype": kv_cache_dtype,
+            "engine": {},
+        },
+        "transferable": [],
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -98,6 +99,14 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     workload, rebased = _rebased(loaded.workload, trace_cols.get("arrival_s", "arrival_s"))
     measured = _read_measurements(path, names)
     numbers, line_of = measured.numbers, measured.line_of
+    if measured.file_columns <= {trace_cols.get(c, c) for c in CANONICAL_COLUMNS}:
+        # the trace format's columns alone (another tool's results name their times otherwise)
+        raise TraceError(path, "is a trace of kvbudget's own format (requests to send: no "
+                         f"column of a measured time, {names['ttft_s']!r} or "
+                         f"{names['e2e_s']!r}), not a recording: nothing in it was measured; "
+                         f"simulate it (kvbudget simulate --trace {shlex.quote(str(path))}), "
+                         "or replay it against the server (kvbudget replay --url URL --trace "
+                         "FILE) and give the run directory it writes")
     for canon in ("ttft_s", "e2e_s"):
         if canon not in numbers:
             raise TraceError(path, f"missing column {names[canon]!r} needed by the records "

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
 from typer.testing import CliRunner
@@ -135,6 +136,11 @@ def test_report_measured_takes_a_live_run_not_a_simulation(
     assert res.exit_code == 0, res.stderr
     html = (tmp_path / "r" / "report.html").read_text()
     assert f"against the measured run {live}" in html
+    # a simulation of another workload (the scenario's 30 requests, not the trace's 6) was
+    # refused "request 0 has tier ..." naming no file: now both runs and what differs
+    err = _refused(["report", str(run), "--measured", str(live), "--out", str(tmp_path / "r2")])
+    assert f"{run}: another workload than --measured {live}: of the 6 requests both hold " in err
+    assert "(30 in the run, 6 measured)" in err and "in prompt tokens differ" in err, err
 
 
 def _interrupted_calibration(out: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -301,3 +307,134 @@ def test_a_simulated_run_read_as_a_recording_is_said_to_be_one(tmp_path: Path) -
     assert _bare(said) in _bare(res.stderr), res.stderr  # the note's lines break in the path
     notes = json.loads((tmp_path / "v" / "validation.json").read_text())["notes"]
     assert any(n.startswith(said) for n in notes), notes
+
+
+def test_a_json_lines_key_first_given_after_line_1_is_read(tmp_path: Path) -> None:
+    """A user's JSON lines trace whose deadline_s first appears on line 2 had it dropped
+    silently (the fields read were those of the first record): convert wrote every deadline
+    as null. Every record's keys are read now; a later key of the wrong type is refused
+    naming its line and field."""
+    trace = tmp_path / "own trace.jsonl"
+    records = [
+        {"arrival_s": 0.0, "prompt_tokens": 100, "output_tokens": 10},
+        {"arrival_s": 0.5, "prompt_tokens": 120, "output_tokens": 12, "deadline_s": 3.0},
+        {"arrival_s": 1.0, "prompt_tokens": 90, "output_tokens": 9, "max_output_tokens": 64},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "converted.jsonl"
+    res = runner.invoke(app, ["trace", "convert", str(trace), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["deadline_s"] for r in rows] == [None, 3.0, None]
+    assert rows[2]["max_output_tokens"] == 64
+    deadlines = load_trace(out).workload.deadline_s  # the converted file reads it back
+    assert deadlines[1] == 3.0 and np.isnan(deadlines[[0, 2]]).all()
+    trace.write_text(trace.read_text() + json.dumps({**records[0], "id": "r-4"}) + "\n")
+    err = _refused(["trace", "convert", str(trace), "--out", str(tmp_path / "again.jsonl")])
+    assert "line 4: field 'id': not a number: 'r-4'" in err, err
+
+
+def test_a_live_calibration_of_an_unbundled_model_keeps_its_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """calibrate --url --gpu H100 of a served model kvbudget does not bundle ('fake') wrote no
+    fitted_on at all: the GPU given was dropped, and simulate on an A100 used the file with a
+    note that it could not be checked. The file keeps the GPU (and -tp, the KV dtype) now, and
+    is checked as a calibrate --records file is: another GPU refused naming both, the same
+    GPU used with a note that its model is not checked."""
+
+    def on_virtual(target: ServerTarget, plan: CalibrationPlan, **kwargs: Any) -> Any:
+        engine = VirtualEngine()
+        return real_calibrate(
+            target,
+            replace(plan, idle_gap_s=0.0),
+            clock=engine.clock,
+            transport=engine.transport(),
+            **kwargs,
+        )
+
+    monkeypatch.setattr(live_commands, "calibrate", on_virtual)
+    cost = tmp_path / "cost of fake.json"
+    flags = ["--prefill-tokens", "64,512", "--decode-batches", "1,4", "--context-tokens"]
+    res = runner.invoke(
+        app,
+        ["calibrate", "--url", "http://fake.invalid", "--out", str(cost), "--gpu", "H100",
+         *flags, "32,256", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    said = " ".join(res.stderr.split())
+    assert f"note: {cost} records the GPU it was fitted on, not its model" in said, said
+    fitted_on = json.loads(cost.read_text())["fitted_on"]
+    assert fitted_on["gpu"]["name"] == "H100-SXM" and fitted_on["model"]["served"] == "fake"
+    scenario = _scenario(tmp_path)
+    run = ["simulate", "--scenario", str(scenario), "--cost-model", str(cost)]
+    err = _refused([*run, "--gpu", "A100-80GB", "--out", str(tmp_path / "a100")])
+    assert f"{cost}: fitted on H100-SXM / 'fake' TP1 EP1, KV cache auto, not A100-80GB" in err
+    res = runner.invoke(app, [*run, "--gpu", "H100", "--out", str(tmp_path / "h100")])
+    assert res.exit_code == 0, res.stderr
+    assert "its GPU and parallelism match, its model cannot be checked" in " ".join(
+        res.stderr.split()
+    )
+
+
+def test_a_plan_or_capacity_result_given_as_a_cost_model_is_named(tmp_path: Path) -> None:
+    """plan.json and capacity.json given to --cost-model were told "field 'kind' must be
+    'linear', 'vllm-v1' or 'roofline'", as if a cost model lacked a field (round 72 named a
+    run's summary, validation.json and sweep.json). Each is now named for what it is; files
+    written by the real plan and capacity commands."""
+    scenario = _scenario(tmp_path)
+    plan, capacity = tmp_path / "plan out", tmp_path / "capacity out"
+    res = runner.invoke(
+        app,
+        ["plan", "--scenario", str(scenario), "--gpus", "H100-80GB", "--replicas", "1",
+         "--replications", "1", "--out", str(plan)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(
+        app,
+        ["capacity", "--scenario", str(scenario), "--replications", "1", "--rel-tol", "0.5",
+         "--out", str(capacity)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    for file, what in (
+        (plan / "plan.json", "a plan's result (plan --out: plan.json), not a cost model"),
+        (capacity / "capacity.json", "a capacity search's result (capacity --out: "
+         "capacity.json), not a cost model"),
+    ):  # fmt: skip
+        err = _refused(["simulate", "--scenario", str(scenario), "--cost-model", str(file)])
+        assert f"{file}: {what}" in err and "field 'kind'" not in err, err
+
+
+@pytest.mark.parametrize("reader", [["trace", "convert"], ["validate", "--records"]])
+def test_a_study_table_given_as_a_trace_or_recording_is_named(
+    tmp_path: Path, reader: list[str]
+) -> None:
+    """sweep.parquet given to trace convert or validate --records was told to map
+    --column prompt_tokens=COLUMN, though no column of it holds that: it is named as a study's
+    table now (written by the real sweep)."""
+    scenario = _scenario(tmp_path)
+    study = tmp_path / "sweep out"
+    grid = ["--grid", "engine.num_gpu_blocks=1500,2500"]
+    res = runner.invoke(app, ["sweep", "--scenario", str(scenario), *grid, "--out", str(study)])
+    assert res.exit_code == 0, res.stderr
+    table = study / "sweep.parquet"
+    err = _refused([*reader, str(table), "--out", str(tmp_path / "out.jsonl")])
+    assert f"{table}: a kvbudget study's table (sweep --out: sweep.parquet, one row a run)" in err
+    assert "--column" not in err, err
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_a_kvbudget_trace_given_as_a_recording_is_named(tmp_path: Path, suffix: str) -> None:
+    """validate --records of a trace in kvbudget's own format (trace synth's) was told
+    "missing column 'ttft_s' needed by the records format", as if a recording lacked a column.
+    It is named as a trace with nothing measured now, with the simulate command that takes
+    it (as round 72 named Mooncake's and Azure's traces); that command runs as printed."""
+    trace = tmp_path / f"synth trace{suffix}"
+    res = runner.invoke(app, ["trace", "synth", "--out", str(trace), "--num-requests", "20"])
+    assert res.exit_code == 0, res.stderr
+    err = _refused(["validate", "--records", str(trace), "--out", str(tmp_path / "v")])
+    assert f"{trace}: is a trace of kvbudget's own format" in err, err
+    assert "nothing in it was measured" in err and "missing column" not in err, err
+    said = err.split("(kvbudget ", 1)[1].split("), or replay", 1)[0]
+    res = runner.invoke(app, [*shlex.split(said), "--out", str(tmp_path / "sim")])
+    assert res.exit_code == 0, res.stderr

@@ -470,6 +470,18 @@ def _generic_raw(path: Path, fmt: str, numbers: Mapping[str, Any], labels: Mappi
     )
 
 
+def _jsonl_given(cols: JsonColumns, names: Mapping[str, str]) -> set[str]:
+    """The generic format's fields that some record of a JSON lines file gives a value."""
+    def has_value(col: str) -> bool:
+        if col in cols.numbers:
+            return not bool(np.isnan(cols.numbers[col]).all())
+        if col in cols.labels:
+            return bool((cols.labels[col][0] >= 0).any())
+        return col in cols.lists and len(cols.lists[col][0]) > 0
+
+    return {canon for canon in CANONICAL_COLUMNS if has_value(names[canon])}
+
+
 def _check_mapped(path: Path, options: TraceOptions, present: set[str],
                   names: Mapping[str, str]) -> None:
     """A column the options map by name (``--column arrival_s=ts``) is in the file: one that
@@ -493,20 +505,21 @@ def load_generic(path: Path, options: TraceOptions, streams: Streams) -> RawTrac
             raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=1) from None
         keys = set(first) if isinstance(first, dict) else set()
         present = {c for c in CANONICAL_COLUMNS if names[c] in keys}
-        _check_mapped(path, options, present, names)
-        _refuse_unmapped_arrival(path, [str(k) for k in first], present, options)
         if isinstance(first, dict):  # a line that is no object: the reader says so
             _refuse_missing(path, [str(k) for k in first], present, names, "first line")
-        for canon in GENERIC_REQUIRED:
-            present.add(canon)
-        jkinds: dict[str, JsonKind] = {}
-        for canon in present:
-            jkinds[names[canon]] = _GENERIC_KIND[canon]  # type: ignore[assignment]
+        # every field the format reads is read from every record: one whose key first
+        # appears after line 1 (a deadline_s given to some requests) is kept, not dropped
+        jkinds: dict[str, JsonKind] = {
+            names[canon]: _GENERIC_KIND[canon]  # type: ignore[misc]
+            for canon in CANONICAL_COLUMNS}
         if options.tier_column is not None:
             jkinds.setdefault(options.tier_column, "label")
         cols = read_jsonl_columns(facts, jkinds, fmt="generic",
                                   required=[*(names[c] for c in GENERIC_REQUIRED),
                                             *_tier_required(options)])
+        present |= _jsonl_given(cols, names)
+        _check_mapped(path, options, present, names)
+        _refuse_unmapped_arrival(path, [str(k) for k in first], present, options)
         raw = _generic_raw(path, "generic-jsonl", cols.numbers, cols.labels, cols.lists,
                            present, names, options, cols.num_rows,
                            _csv_line_of(path, header_lines=0))
@@ -572,6 +585,11 @@ def _refuse_unmapped_arrival(path: Path, columns: list[str], present: set[str],
                          "arrivals in place of its times (--arrival)", field="arrival_s")
 
 
+_STUDY_COLUMNS = frozenset({"run_key", "point", "replication", "seed"})
+"""The columns that identify a run in a study's table (``studies.sweep.ID_COLUMNS``), which a
+trace's or a recording's file does not hold all of."""
+
+
 def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Mapping[str, str],
                     what: str = "header") -> None:
     """A generic file without a column the format needs (``prompt_tokens``,
@@ -579,6 +597,11 @@ def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Ma
     that holds it: the column the common tools' name or a close spelling suggests
     (``input_tokens``, ``prompt_tokns``), else ``COLUMN``. ``what``: where the columns were
     read (a CSV's header, a JSON line's keys, a Parquet file's schema)."""
+    if not all(c in present for c in GENERIC_REQUIRED) and set(columns) >= _STUDY_COLUMNS:
+        raise TraceError(path, "a kvbudget study's table (sweep --out: sweep.parquet, one "
+                         "row a run), not a trace or a recording: it keeps each run's metrics, "
+                         "not its requests; give the trace its scenario ran (validate "
+                         "--records: a run directory, simulate or replay --out)")
     for canon in GENERIC_REQUIRED:  # in order: the first missing is the one named
         if canon in present:
             continue
