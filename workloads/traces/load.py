@@ -17,6 +17,7 @@ from kvbudget.workloads.traces._files import (
     check_readable,
     file_facts,
     is_servegen_path,
+    refuse_run_directory,
 )
 from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
 from kvbudget.workloads.traces._servegen import load_servegen
@@ -93,8 +94,10 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     path = Path(path)
     if is_servegen_path(path):
         if path.is_dir() and not any(SERVEGEN_CHUNK.search(p.name) for p in path.iterdir()):
-            # a load tool's output folder, say, is no trace: callers that read recordings
-            # refuse it by their own reason (which names the file to pass)
+            # a kvbudget run directory is named so; a load tool's output folder, say, is no
+            # trace: callers that read recordings refuse it by their own reason (which names
+            # the file to pass)
+            refuse_run_directory(path)
             raise TraceError(path, "holds no ServeGen chunk-N-trace.csv files")
         return "servegen"
     check_readable(path)
