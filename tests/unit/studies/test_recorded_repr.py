@@ -26,7 +26,8 @@ def test_an_offline_validations_repr(recording: kb.Recording) -> None:
     lines = repr(v).splitlines()
     assert _unwrapped(repr(v)).startswith(
         "OfflineValidation: 40 measured requests simulated under policy unlimited (a fixed "
-        "front-end time of 0.00 ms each) simulated: Llama-3.1-8B on H100-80GB, engine vllm")
+        "front-end time of 0.00 ms each) simulated: Llama-3.1-8B (assumed: the default "
+        "scenario's) on H100-80GB (assumed: the default scenario's), engine vllm")
     e = v.errors()
     assert (f"simulated against measured (all): TTFT p50 {e['ttft_p50_s']:+.1%}, p99 "
             f"{e['ttft_p99_s']:+.1%}; TPOT p50 {e['tpot_p50_s']:+.1%}") in _unwrapped(repr(v))
