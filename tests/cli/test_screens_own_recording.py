@@ -286,18 +286,17 @@ def test_a_study_of_a_trace_says_its_replications_run_the_same_requests(tmp_path
                           "unlimited,conservative", "--model", "Llama-3.1-8B", "--gpu",
                           "H100-80GB", "--out", out, "-j", "1")
     assert code == 0, stderr
-    assert "replications: each runs the trace's same requests (its seed draws none of them)" \
-        in flat(stderr), stderr
+    # every replication would be the same run: it runs once and says so in the replications
+    # line's place (tests/cli/test_study_one_run.py), no 0-wide interval shown
+    assert "one run: the trace's every draw is fixed" in flat(stderr), stderr
+    assert "same requests" not in stderr, stderr
     runs = pd.read_parquet(out / "runs.parquet")
-    assert runs["seed"].nunique() == 2
-    for _, group in runs.groupby("policy"):  # what the line says: they agree exactly
-        assert group["interactive_ttft_p99_s"].nunique() == 1
-        assert group["overall_completed"].nunique() == 1
+    assert runs["replication"].tolist() == [0, 0]
     code, _, stderr = run("compare", "--trace", trace, "-r", "2", "--policies",
                           "unlimited,conservative", "--model", "Llama-3.1-8B", "--gpu",
                           "H100-80GB", "--tier-shares", "interactive=0.5,batch=0.5", "-j", "1")
     assert code == 0, stderr
-    assert "same requests" not in stderr, stderr
+    assert "same requests" not in stderr and "one run" not in stderr, stderr
 
 
 def test_converting_a_capped_stage_says_it_holds_the_due_times_not_the_sends(
