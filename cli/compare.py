@@ -31,11 +31,11 @@ from kvbudget.cli.simulate import (
     interval_draws_of,
     records_for_load,
 )
-from kvbudget.cli.study_intervals import once_where_fixed
 from kvbudget.cli.tables import render_comparison, render_intervals, render_summaries
 from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
 from kvbudget.studies.intervals import check_level, draw_intervals, headline
+from kvbudget.studies.setting import once_where_fixed
 
 if TYPE_CHECKING:
     from kvbudget.simulator.scenario import Scenario
@@ -170,10 +170,11 @@ def compare_cmd(
                 for name, run in zip(names, result.results, strict=True):
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
-            replications, once = once_where_fixed(scn, replications, ["policy"])
+            runs, once = once_where_fixed(scn, replications, ["policy"])  # compare's own
             setting = say_workload(scn, defaults=defaults_said(setup), once=once)
-            result = _replicated(scn, names, replications, seed if replications > 1 else None,
-                                 metric, confidence, setting, (executor, jobs, address), out)
+            result = _replicated(scn, names, (replications, runs), seed, metric, confidence,
+                                 setting, (executor, jobs, address), out)
+            replications = result.replications  # 1 where it ran once: its one-run table
             wrote = out
     if as_json:
         if replications == 1:
@@ -196,16 +197,20 @@ def compare_cmd(
         typer.echo(f"wrote {wrote}/runs.parquet, compare.csv")
 
 
-def _replicated(scn: "Scenario", names: list[str], replications: int, seed: int | None,
+def _replicated(scn: "Scenario", names: list[str], replications: tuple[int, int],
+                seed: int | None,
                 metric: list[str] | None, confidence: float, setting: tuple[str, ...],
                 where: tuple[str, int | None, str | None], out: Path | None) -> Comparison:
     """``compare -r N`` above 1: the replicated runs with a progress bar (``where``: the
-    executor, its jobs and its address), their table written into ``out``."""
+    executor, its jobs and its address), their table written into ``out``. ``replications``:
+    those asked and those that run (1 where :func:`~kvbudget.studies.compare.compare` runs
+    once: every replication the same run)."""
     executor, jobs, address = where
-    bar = Bar("compare", len(names) * replications, "run", lines_from=1)
+    asked, runs = replications  # runs: 1 where every replication would be the same run
+    bar = Bar("compare", len(names) * runs, "run", lines_from=1)
     try:
         with make_executor(executor, jobs=jobs, address=address) as ex:
-            result = compare(scn, names, replications=replications, root_seed=seed,
+            result = compare(scn, names, replications=asked, root_seed=seed,
                              metrics=metric, confidence=confidence, executor=ex,
                              progress=bar.update, setting=setting)
     finally:

@@ -42,7 +42,7 @@ from kvbudget.simulator.scenario import (
     make_scenario,
     synthetic_rate_hint,
 )
-from kvbudget.studies.setting import SAME_REQUESTS, study_setting
+from kvbudget.studies.setting import study_setting
 from kvbudget.workloads.arrivals import ConstantArrivals, GammaArrivals, PoissonArrivals
 from kvbudget.workloads.errors import SpecError
 from kvbudget.workloads.max_output import FactorOfTrue, FixedCap, QuantileCap
@@ -563,10 +563,9 @@ def say_workload(scn: "Scenario", varies: Collection[str] = (),
     ``compare``'s print it with theirs (:func:`kvbudget.studies.setting.study_setting`).
     Returns the lines, for the study's result (``setting=``): the workload is loaded once.
     ``defaults``: the GPU or model left to the default scenario's (:func:`defaults_said`),
-    said after them. ``once``: why the study runs once (``once_where_fixed``), said in place
+    said after them. ``once``: why the study runs once (a spec's ``once``), said in place
     of the line on its replications (``SAME_REQUESTS``)."""
-    lines = tuple(once if once is not None and line == SAME_REQUESTS else line
-                  for line in study_setting(scn, varies))
+    lines = study_setting(scn, varies, once)
     for line in lines:  # wrapped as simulate's lines are (a study's first line ran to 130)
         typer.echo(fill(line), err=True)
     say_assumed(defaults)

@@ -24,7 +24,6 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
-    once_where_fixed,
     span,
     study_replications,
 )
@@ -36,6 +35,7 @@ from kvbudget.studies.plan import (
     DEFAULT_GPUS,
     DEFAULT_PRICES,
     MAX_PRICE,
+    PLAN_KEYS,
     PRICE_SOURCE,
     PlanResult,
     PlanSpec,
@@ -78,8 +78,7 @@ def _gpu_list(text: str) -> tuple[str, ...]:
     return gpus
 
 
-PLAN_AXES = {"gpu": "--gpus", "engine.tensor_parallel_size": "--tp",
-             "fleet.num_replicas": "--replicas"}
+PLAN_AXES = dict(zip(PLAN_KEYS, ("--gpus", "--tp", "--replicas"), strict=True))
 """The scenario fields ``plan`` sets in every run, each with the option that gives its values
 (a value typed for one is refused: :func:`~kvbudget.cli.options.refuse_searched`)."""
 
@@ -150,8 +149,6 @@ def plan_cmd(
         table, sources = _price_table(prices, price)
         names = () if policies is None else tuple(policy_names(policies))
         param_values = _param_values(grid)
-        replications, once = once_where_fixed(scn, replications,
-                                              [*PLAN_AXES, *(param_values or {})], interval)
         spec = PlanSpec(
             scn, gpus=DEFAULT_GPUS if gpus is None else _gpu_list(gpus),
             gpus_given=gpus is not None, tensor_parallel=_list(tp, "--tp", int),
@@ -159,10 +156,10 @@ def plan_cmd(
             disagg_replicas=_totals(disagg_replicas), policies=names,
             param_values=param_values, slos=tuple(Constraint.parse(s) for s in slo or []),
             prices=table, price_sources=sources, replications=replications, root_seed=seed,
-            interval=interval)
+            interval=interval)  # once where every replication would be the same run
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         result = _run_plan(spec, out, executor=executor, jobs=jobs, address=address,
-                           resume=resume, said=(defaults_said(setup, varies=PLAN_AXES), once))
+                           resume=resume, said=(defaults_said(setup, varies=PLAN_AXES), spec.once))
         written = result.write(out)
     typer.echo(render_plan(result, top=top, wide=wide, slo_assumed=not slo))
     for note in result.notes:
@@ -235,7 +232,7 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
     """:func:`~kvbudget.studies.plan.plan` with a progress bar; Ctrl-C (exit 130) and a run
     that fails (exit 1) say that the finished runs are kept; ``said``: what was left to
     the default scenario (:func:`~kvbudget.cli.options.defaults_said`), said with the
-    setting, and why the plan runs once (``once_where_fixed``), or None."""
+    setting, and why the plan runs once (``spec.once``), or None."""
     defaults, once = said
     bar: Bar | None = None
 

@@ -3,18 +3,13 @@ checks and how an interval is shown. With it, every replication is a world with 
 and its own draw of the step model (docs/fidelity.md, "Predictions with intervals")."""
 
 import math
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from kvbudget.cli.errors import CliError
 from kvbudget.cli.options import MAX_REPLICATIONS
 from kvbudget.studies.intervals import check_level
-from kvbudget.studies.setting import one_run_said
-
-if TYPE_CHECKING:
-    from kvbudget.simulator.scenario import Scenario
 
 DEFAULT_STUDY_DRAWS = 10
 """Replications (worlds) behind a study's ``--interval`` unless ``--interval-draws`` says."""
@@ -54,17 +49,6 @@ def study_replications(interval: float | None, draws: int | None,
         raise CliError(f"--interval-draws: must be in [2, {MAX_REPLICATIONS:,}], got {n!r}")
     check_level(interval, n)
     return n
-
-
-def once_where_fixed(scn: "Scenario", replications: int, varies: Collection[str] = (),
-                     interval: float | None = None) -> tuple[int, str | None]:
-    """``replications`` and None, or 1 and the line that says why where every replication
-    would be the same run (a trace whose every draw is fixed:
-    :func:`~kvbudget.studies.setting.one_run_said`): the first replication's run is the
-    answer, and an interval over copies of it would be none. :func:`say_workload` says the
-    line in place of :data:`~kvbudget.studies.setting.SAME_REQUESTS`."""
-    said = one_run_said(scn, varies, interval=interval) if replications > 1 else None
-    return (replications, None) if said is None else (1, said)
 
 
 def span(low: float, high: float, *, unit: str = "") -> str:

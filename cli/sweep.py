@@ -28,7 +28,6 @@ from kvbudget.cli.study_intervals import (
     StudyDrawsOpt,
     StudyIntervalOpt,
     StudyReplicationsOpt,
-    once_where_fixed,
     span,
     study_replications,
 )
@@ -154,11 +153,9 @@ def sweep_cmd(
         axes = _sweep_axes(policies, grid, rate_scale)
         refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
                                          if a.key not in ("policy", "rate_scale")})
-        replications, once = once_where_fixed(scn, replications, [a.key for a in axes])
-        plan = SweepPlan(scn, tuple(axes), replications, seed)
+        plan = SweepPlan(scn, tuple(axes), replications, seed)  # once where each is the same
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume,
-                                defaults=defaults_said(setup, varies=[a.key for a in axes]),
-                                once=once)
+                                defaults=defaults_said(setup, varies=[a.key for a in axes]))
         metrics = [m for m in ("interactive_ttft_p99_s", THROUGHPUT,
                                "overall_slo_attainment", "offered_rate_rps")
                    if m in table.columns]
@@ -187,8 +184,7 @@ def _sweep_axes(policies: str | None, grid: list[str] | None, rate_scale: str | 
 
 
 def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Path, *,
-                    resume: bool, defaults: str | None = None, once: str | None = None
-                    ) -> "pd.DataFrame":
+                    resume: bool, defaults: str | None = None) -> "pd.DataFrame":
     """:func:`~kvbudget.studies.sweep.run_sweep` with a progress bar and its rate line;
     ``defaults``: what was left to the default scenario, said with the setting."""
     bar: Bar | None = None
@@ -197,7 +193,7 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
         nonlocal bar
         # once the options and the stored runs have been checked
         say_workload(plan.scenario, varies=[a.key for a in plan.axes], defaults=defaults,
-                     once=once)
+                     once=plan.once)
         typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
                         f"{counted(plan.replications, 'replication')} = "
                         f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
@@ -313,10 +309,7 @@ def tune_cmd(
     with user_errors():
         check_out_dir(out)
         scn = setup.build(policy=policy)  # an unknown --policy refused by its name
-        replications, once = once_where_fixed(scn, replications,
-                                              [p.split("=")[0].strip() for p in param])
-        validate = validate if once is None else 0  # fresh seeds would re-run the same runs
-        spec = TuneSpec(
+        spec = TuneSpec(  # once, with no validation seeds, where each would be the same run
             scenario=scn,
             params=tuple(Param.parse(p) for p in param),
             objective=DEFAULT_OBJECTIVE if objective is None else objective,
@@ -331,7 +324,7 @@ def tune_cmd(
         )
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
-        setting = say_workload(scn, varies=[p.key for p in spec.params], once=once,
+        setting = say_workload(scn, varies=[p.key for p in spec.params], once=spec.once,
                                defaults=defaults_said(setup, varies=[p.key for p in spec.params]))
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)
         written = result.write(out)
@@ -495,18 +488,16 @@ def capacity_cmd(
             raise CliError(f"--rel-tol: must be in (0, 1), got {rel_tol:g}")
         replications = study_replications(interval, interval_draws, replications)
         scn = setup.build()
-        replications, once = once_where_fixed(scn, replications, ["rate_scale"],
-                                              interval=interval)
         slos = tuple(Constraint.parse(c) for c in slo or [])
         spec = CapacitySpec(scn, tuple(names), target=0.9 if target is None else target,
                             metric=metric, replications=replications, rel_tol=rel_tol,
                             root_seed=seed, slos=slos, use_target=target is not None or not slos,
-                            interval=interval)
+                            interval=interval)  # once where each replication is the same run
         spec.step_draws()  # a step model without stated uncertainty fails here, before a run
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=["rate_scale"],  # the search scales the load
-                               defaults=defaults_said(setup), once=once)
+                               defaults=defaults_said(setup), once=spec.once)
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

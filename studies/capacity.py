@@ -47,7 +47,7 @@ import numpy as np
 
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw, WorldDraws, check_level
-from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -62,6 +62,7 @@ from kvbudget.studies.sweep import (
     summarize_points,
     t_interval,
 )
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -106,10 +107,15 @@ class CapacitySpec(WorldDraws):
     """A level (e.g. 0.9): a step-model draw per replication and the capacity's interval."""
     model_draws: bool = True
     """With ``interval``: whether replications draw the step model (False: seeds only)."""
+    once: str | None = field(default=None, init=False)
+    """Why the search ran once where ``replications`` asked more (every replication the same
+    run: :func:`~kvbudget.studies.setting.once_where_fixed`), else None."""
 
     def __post_init__(self) -> None:
         if not self.policies:
             self.policies = (self.scenario.spec.policy,)
+        self.replications, self.once = once_where_fixed(
+            self.scenario, self.replications, ["rate_scale"], self.interval)
         if len(set(self.policies)) != len(self.policies):
             raise ValueError(f"policies must be distinct, got {list(self.policies)}")
         if not 0 < self.target <= 1:
@@ -234,7 +240,7 @@ class CapacityResult:
                  + (f"; {c.note}" if c.note else "") for c in self.capacities]
         return study_repr(
             f"CapacityResult: the largest arrival rate meeting {' and '.join(s.criteria())} "
-            f"(mean over {s.replications} replications)", self.setting, found,
+            f"(mean over {counted(s.replications, 'replication')})", self.setting, found,
             f".table() ({len(self.rows) + len(self.world_rows):,} runs), .curve(), .describe()")
 
     def table(self) -> pd.DataFrame:
@@ -363,7 +369,7 @@ def capacity(spec: CapacitySpec, executor: Executor | None = None, *,
     gpus = num_gpus(spec.scenario)
     results = [_result(s, spec, gpus) for s in searches.values()]
     return CapacityResult(spec, results, all_rows, world_rows, tuple(setting) if setting
-                          is not None else study_setting(spec.scenario, ["rate_scale"]))
+                          is not None else study_setting(spec.scenario, ["rate_scale"], spec.once))
 
 
 def _rate_at(rows: Sequence[dict[str, Any]]) -> float:

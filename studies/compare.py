@@ -35,7 +35,7 @@ from kvbudget.policies.registry import unknown_policy
 from kvbudget.results.said import setting_lines
 from kvbudget.simulator.run import simulate
 from kvbudget.studies.executors import LocalExecutor
-from kvbudget.studies.setting import study_repr, study_setting
+from kvbudget.studies.setting import once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     SweepPlan,
@@ -180,7 +180,9 @@ def compare(
     :func:`default_metrics`. ``executor``: where replicated runs go (default: this process).
     ``progress(n)`` is called as runs finish. ``root_seed`` seeds the replications (default:
     the scenario's seed); one replication runs the scenario's own seed, and a ``root_seed``
-    given with it is refused. Returns a :class:`Comparison`, which keeps what the runs took
+    given with it is refused. Where every replication would be the same run (a trace whose
+    every draw is fixed: :func:`~kvbudget.studies.setting.once_where_fixed`) it runs once, as
+    one replication does, and its ``setting`` says why. Returns a :class:`Comparison`, which keeps what the runs took
     (``setting``: the runs' own lines, else the given ones, else
     :func:`~kvbudget.studies.setting.study_setting`'s)."""
     import pandas as pd
@@ -195,7 +197,8 @@ def compare(
         if name not in POLICIES:
             raise ValueError(unknown_policy(name))
     check_study_args(replications, confidence)
-    if replications == 1 and root_seed is not None:  # it seeds replications: none here
+    replications, once = once_where_fixed(scenario, replications, ["policy"])
+    if replications == 1 and root_seed is not None and once is None:  # it seeds replications: none here
         raise ValueError(f"root_seed={root_seed!r} seeds the replications; one replication runs "
                          f"the scenario's own seed ({scenario.seed}): set that "
                          "(kb.make_scenario(seed=...)) or ask for replications >= 2")
@@ -226,6 +229,8 @@ def compare(
     table = _table(runs, names, wanted, confidence)
     said = tuple(setting_lines([r.summary for r in results])) if results else \
         tuple(setting) if setting is not None else study_setting(scenario)
+    if once is not None and once not in said:
+        said = (*said, once)
     return Comparison(names, wanted, replications, confidence, runs, table, params, results,
                       said)
 

@@ -72,7 +72,7 @@ from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies import plan_disagg
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import WorldDraws, check_level
-from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
     Axis,
     GridPoint,
@@ -188,6 +188,10 @@ def priced_gpus(gpus: Sequence[str], prices: Mapping[str, float], sources: Mappi
     return prices, sources
 
 
+PLAN_KEYS = ("gpu", "engine.tensor_parallel_size", "fleet.num_replicas")
+"""The scenario fields a plan sets in every run (``plan --gpus``, ``--tp``, ``--replicas``)."""
+
+
 @dataclass
 class PlanSpec(WorldDraws):
     """What to plan. ``policies``: names (default: the scenario's); ``param_values``: a
@@ -218,10 +222,16 @@ class PlanSpec(WorldDraws):
     """A level (e.g. 0.9): a step-model draw per replication and each count's interval."""
     model_draws: bool = True
     """With ``interval``: whether replications draw the step model (False: seeds only)."""
+    once: str | None = field(default=None, init=False)
+    """Why the plan ran once where ``replications`` asked more (every replication the same
+    run: :func:`~kvbudget.studies.setting.once_where_fixed`), else None."""
 
     def __post_init__(self) -> None:
         if not self.policies:
             self.policies = (self.scenario.spec.policy,)
+        self.replications, self.once = once_where_fixed(
+            self.scenario, self.replications, [*PLAN_KEYS, *(self.param_values or {})],
+            self.interval)
         if not self.gpus:
             raise ValueError("plan: give at least one GPU type")
         seen: dict[str, str] = {}
@@ -691,7 +701,7 @@ def plan(
                       + (" (every prefill:decode split)" if c.disaggregated else "")
                       if c.tried else "not run")
     return PlanResult(spec, candidates, all_rows, notes, tuple(setting) if setting is not None
-                      else study_setting(spec.scenario, ["gpu"]))
+                      else study_setting(spec.scenario, ["gpu"], spec.once))
 
 
 def price_note(spec: PlanSpec) -> str:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from kvbudget.simulator.scenario import Scenario
 
-__all__ = ["defaulted_of", "errors_line", "one_run_said", "study_repr", "study_setting"]
+__all__ = ["defaulted_of", "errors_line", "once_where_fixed", "one_run_said", "study_repr",
+           "study_setting"]
 
 
 SAME_REQUESTS = (
@@ -64,6 +65,17 @@ def one_run_said(scn: Scenario, varies: Collection[str] = (), *,
             "exactly: ran once, and no interval over replications is given")
 
 
+def once_where_fixed(scn: Scenario, replications: int, varies: Collection[str] = (),
+                     interval: float | None = None) -> tuple[int, str | None]:
+    """``replications`` and None, or 1 and the line that says why where every replication
+    would be the same run (:func:`one_run_said`): the first replication's run is the answer,
+    and an interval over copies of it would be none. Every study's spec decides with it
+    (``CapacitySpec``, ``PlanSpec``, ``TuneSpec``, ``SweepPlan``, ``compare``), keeps the line
+    (``once``) and its result's setting says it in place of :data:`SAME_REQUESTS`."""
+    said = one_run_said(scn, varies, interval=interval) if replications > 1 else None
+    return (replications, None) if said is None else (1, said)
+
+
 def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[str]]:
     """``{"defaulted": ["gpu", "model"]}``: the fields of ``scn`` its runs take from the default
     scenario, which nobody gave (:attr:`~kvbudget.simulator.scenario.Scenario.defaulted`; not
@@ -73,14 +85,16 @@ def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[
     return {"defaulted": left} if left else {}
 
 
-def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...]:
+def study_setting(scn: Scenario, varies: Collection[str] = (),
+                  once: str | None = None) -> tuple[str, ...]:
     """``model M on G; workload W: N requests over SPAN (RATE req/s)`` (an open loop's
     arrivals, as ``simulate``'s line says them; ``at rate scale 1`` where the study scales
     them, ``rate_scale`` in ``varies``; ``models as the study varies them`` where it does; the
     workload's figures said as the scenario's where the study varies it), then ``warning: W:
     ...`` and ``assumed: W: ...`` for what loading the workload said; the GPU only where every run takes the
     scenario's (not a fleet's, a deployment's pools' or one the study varies: ``varies``, the
-    keys it varies): what a study's per-GPU figures are per."""
+    keys it varies): what a study's per-GPU figures are per. ``once``: why the study ran once
+    (:func:`once_where_fixed`), said in place of :data:`SAME_REQUESTS`."""
     workload = scn.workload()
     spec = scn.spec
     loop = spec.closed_loop
@@ -109,7 +123,8 @@ def study_setting(scn: Scenario, varies: Collection[str] = ()) -> tuple[str, ...
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             *cost_model_said(scn.cost_model_path(), transfer=spec.cost_model_transfer,
                              frontend=spec.frontend),
-            *([SAME_REQUESTS] if workload.meta.get("drawn") is False else []),
+            *([SAME_REQUESTS if once is None else once]
+              if workload.meta.get("drawn") is False else []),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))

@@ -47,7 +47,7 @@ from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import ScenarioSpec, dump_spec, parse_override, scenario_from_dict
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.intervals import StepDraw
-from kvbudget.studies.setting import defaulted_of
+from kvbudget.studies.setting import defaulted_of, once_where_fixed
 from kvbudget.workloads import Workload
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.workload import scale_rate
@@ -569,8 +569,14 @@ class SweepPlan:
     points: list[GridPoint] = field(init=False)
     seeds: list[int] = field(init=False)
     runs: list[RunSpec] = field(init=False)
+    once: str | None = field(default=None, init=False)
+    """Why the sweep runs once where ``replications`` asked more (every replication the same
+    run: :func:`~kvbudget.studies.setting.once_where_fixed`), else None; the manifest keeps
+    it."""
 
     def __post_init__(self) -> None:
+        self.replications, self.once = once_where_fixed(
+            self.scenario, self.replications, [a.key for a in self.axes])
         check_study_args(self.replications, 0.95)
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
@@ -585,6 +591,7 @@ class SweepPlan:
             **defaulted_of(self.scenario, [a.key for a in self.axes]),
             "axes": {a.key: list(a.values) for a in self.axes},
             "replications": self.replications,
+            **({} if self.once is None else {"once": self.once}),
             "root_seed": self.root_seed,
             "seeds": self.seeds,
             "num_points": len(self.points),

@@ -42,7 +42,7 @@ import tomli_w
 from kvbudget.results.said import figure
 from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
 from kvbudget.studies.executors import in_process
-from kvbudget.studies.setting import defaulted_of, study_repr, study_setting
+from kvbudget.studies.setting import defaulted_of, once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
     GridPoint,
     StoredRuns,
@@ -262,10 +262,18 @@ class TuneSpec:
     validate: int = 5
     confidence: float = 0.95
     root_seed: int | None = None
+    once: str | None = field(default=None, init=False)
+    """Why the search ran once, with no validation seeds, where ``replications`` asked more
+    (every replication, and every fresh seed, the same run:
+    :func:`~kvbudget.studies.setting.once_where_fixed`), else None."""
 
     def __post_init__(self) -> None:
         if not self.params:
             raise ValueError("give at least one parameter to tune (--param key=low:high)")
+        self.replications, self.once = once_where_fixed(
+            self.scenario, self.replications, [p.key for p in self.params])
+        if self.once is not None:
+            self.validate = 0  # fresh seeds would re-run the same runs
         if len({p.key for p in self.params}) != len(self.params):
             raise ValueError("each --param key may be given once")
         if len(self.params) > 3:
@@ -688,7 +696,8 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
         validation = ev.validate(best.params, fresh, spec.replications)
     return TuneResult(spec, ev.evaluations, best, validation,
                       tuple(setting) if setting is not None else
-                      study_setting(spec.scenario, [p.key for p in spec.params]))
+                      study_setting(spec.scenario, [p.key for p in spec.params],
+                                    spec.once))
 
 
 _ARRIVAL_WINDOW_RATE = re.compile(r"^(.*)_output_tokens_per_s$")

@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.simulator.scenario import make_scenario, scenario_from_dict
+from kvbudget.studies import capacity as capacity_module
+from kvbudget.studies import compare as compare_module
+from kvbudget.studies import sweep as sweep_module
 from kvbudget.studies.capacity import CapacitySpec, capacity
 from kvbudget.studies.compare import compare
 from kvbudget.studies.setting import one_run_said
@@ -25,6 +28,14 @@ from tests.conftest import small_scenario_dict
 runner = CliRunner()
 ONE_RUN = "one run: the trace's every draw is fixed"
 SAME = "replications: each runs the trace's same requests"  # said in its place by the one run
+
+
+def replicated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Today's replicated runs, as the library ran them before it decided to run once: the
+    decision (``once_where_fixed``) kept out, so every replication asked for runs."""
+    for module in (capacity_module, compare_module, sweep_module):
+        monkeypatch.setattr(module, "once_where_fixed",
+                            lambda scn, n, varies=(), interval=None: (n, None))
 
 
 def _trace(tmp_path: Path, n: int = 60) -> Path:
@@ -67,7 +78,7 @@ def _table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_a_sweep_of_a_fixed_trace_runs_once_and_is_the_first_replication(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _trace(tmp_path)
     out = tmp_path / "sweep"
     res = runner.invoke(app, ["sweep", "--trace", str(trace), "--out", str(out), "-j", "1",
@@ -79,6 +90,7 @@ def test_a_sweep_of_a_fixed_trace_runs_once_and_is_the_first_replication(
     once = pd.read_parquet(out / "sweep.parquet")
     assert once["replication"].tolist() == [0, 0]
     # today's three replications: each the same run, the first of them this one exactly
+    replicated(monkeypatch)
     three = run_sweep(SweepPlan(make_scenario(trace=trace),
                                 (Axis("policy", ("conservative", "overcommit")),), 3, None))
     cols = [c for c in three.columns if c not in ("seed", "run_key", "replication")
@@ -91,7 +103,7 @@ def test_a_sweep_of_a_fixed_trace_runs_once_and_is_the_first_replication(
 
 
 def test_a_capacity_search_of_a_fixed_trace_runs_once_as_its_first_replication(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _trace(tmp_path)
     out = tmp_path / "cap"
     res = runner.invoke(app, ["capacity", "--trace", str(trace), "--out", str(out), "-j", "1",
@@ -100,6 +112,7 @@ def test_a_capacity_search_of_a_fixed_trace_runs_once_as_its_first_replication(
     assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr and "mean over 1 replication" in res.stdout
     assert json.loads((out / "capacity.json").read_text())["replications"] == 1
     once = pd.read_parquet(out / "evidence.parquet")
+    replicated(monkeypatch)
     three = capacity(CapacitySpec(make_scenario(trace=trace), rel_tol=0.3,
                                   replications=3)).table()
     first = three[three["replication"] == 0]
@@ -135,7 +148,8 @@ def test_plan_and_tune_of_a_fixed_trace_run_once(tmp_path: Path, study: str,
     assert json.loads((out2 / f"{study}.json").read_text())["replications"] > 1
 
 
-def test_compare_r_of_a_fixed_trace_runs_once_as_its_first_replication(tmp_path: Path) -> None:
+def test_compare_r_of_a_fixed_trace_runs_once_as_its_first_replication(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _trace(tmp_path)
     out = tmp_path / "cmp"
     res = runner.invoke(app, ["compare", "--trace", str(trace), "-r", "3", "--seed", "4",
@@ -144,6 +158,7 @@ def test_compare_r_of_a_fixed_trace_runs_once_as_its_first_replication(tmp_path:
     assert res.stderr.count(ONE_RUN) == 1 and SAME not in res.stderr and "±" not in res.stdout
     assert f"wrote {out}/runs.parquet, compare.csv" in res.stdout
     once = pd.read_parquet(out / "runs.parquet")
+    replicated(monkeypatch)
     three = compare(make_scenario(trace=trace, seed=4), ["conservative", "overcommit"],
                     replications=3, root_seed=4).runs
     assert once["replication"].tolist() == [0, 0] and len(three) == 6
