@@ -419,8 +419,27 @@ def test_a_study_table_given_as_a_trace_or_recording_is_named(
     assert res.exit_code == 0, res.stderr
     table = study / "sweep.parquet"
     err = _refused([*reader, str(table), "--out", str(tmp_path / "out.jsonl")])
-    assert f"{table}: a kvbudget study's table (sweep --out: sweep.parquet, one row a run)" in err
+    assert f"{table}: a kvbudget study's table (one row a run: sweep's sweep.parquet" in err
     assert "--column" not in err, err
+
+
+def test_every_study_table_given_as_a_trace_is_named_as_its_own(tmp_path: Path) -> None:
+    """compare's runs.parquet and capacity's evidence.parquet were named "a kvbudget study's
+    table (sweep --out: sweep.parquet ...)", another command's file: each is named among the
+    study tables now (written by the real compare and capacity)."""
+    scenario = _scenario(tmp_path)
+    cmp, cap = tmp_path / "cmp", tmp_path / "cap"
+    res = runner.invoke(app, ["compare", "--scenario", str(scenario), "--policies",
+                              "unlimited,conservative", "-r", "2", "--out", str(cmp)])
+    assert res.exit_code == 0, res.stderr
+    res = runner.invoke(app, ["capacity", "--scenario", str(scenario), "--replications", "1",
+                              "--rel-tol", "0.5", "--out", str(cap)])
+    assert res.exit_code == 0, res.stderr
+    for table, named in ((cmp / "runs.parquet", "compare's and plan's runs.parquet"),
+                         (cap / "evidence.parquet", "capacity's and tune's evidence.parquet")):
+        err = _refused(["trace", "convert", str(table), "--out", str(tmp_path / "o.jsonl")])
+        assert f"{table}: a kvbudget study's table" in err and named in err, err
+        assert "sweep --out" not in err, err
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])

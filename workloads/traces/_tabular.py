@@ -598,8 +598,10 @@ def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Ma
     (``input_tokens``, ``prompt_tokns``), else ``COLUMN``. ``what``: where the columns were
     read (a CSV's header, a JSON line's keys, a Parquet file's schema)."""
     if not all(c in present for c in GENERIC_REQUIRED) and set(columns) >= _STUDY_COLUMNS:
-        raise TraceError(path, "a kvbudget study's table (sweep --out: sweep.parquet, one "
-                         "row a run), not a trace or a recording: it keeps each run's metrics, "
+        raise TraceError(path, "a kvbudget study's table (one row a run: sweep's "
+                         "sweep.parquet, compare's and plan's runs.parquet, capacity's and "
+                         "tune's evidence.parquet), not a trace or a recording: it keeps each "
+                         "run's metrics, "
                          "not its requests; give the trace its scenario ran (validate "
                          "--records: a run directory, simulate or replay --out)")
     for canon in GENERIC_REQUIRED:  # in order: the first missing is the one named
