@@ -154,11 +154,14 @@ def trace_cap_said(recording: Recording, simulated: pd.DataFrame) -> str | None:
             over.append(f"stage '{label}': up to {peak} in flight, its workers' cap {cap}")
     if not over:
         return None
-    return ("inference-perf's workers held at most load.num_workers x "
-            "load.worker_max_concurrency requests in flight (the run's config.yaml), and the "
-            "replay of its trace at the recorded sends, which cannot apply that cap (the "
-            "report keeps no due times), exceeded it: " + "; ".join(over)
-            + ": a load the tool would not have sent; its latencies there are not the run's")
+    return (
+        "inference-perf's workers held at most load.num_workers x "
+        "load.worker_max_concurrency requests in flight (the run's config.yaml), and the "
+        "replay of its trace at the recorded sends, which cannot apply that cap (the "
+        "report keeps no due times), exceeded it: "
+        + "; ".join(over)
+        + ": a load the tool would not have sent; its latencies there are not the run's"
+    )
 
 
 SWEEP_PROBE_S = 5.0
