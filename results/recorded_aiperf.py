@@ -55,7 +55,13 @@ from kvbudget.results.recorded_guidellm_prefix import SharedPrefix
 from kvbudget.results.recorded_guidellm_turns import with_history
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
-from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.results.recording import (
+    WARMUP_FAILED_PREFIX,
+    RecordedStage,
+    Recording,
+    build_recording,
+    is_warmup,
+)
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 from kvbudget.workloads.workload import Workload
@@ -986,6 +992,23 @@ def _with_cache_note(rec: Recording, prompt: FloatArray, cached: FloatArray) -> 
                    counts={**rec.counts, "num_prompt_tokens_cached": int(hits)})
 
 
+def _warmup_failed_note(status: list[str], kept: npt.NDArray[np.bool_]) -> str:
+    """The note of the warm-up requests that failed or were cancelled (``status`` each
+    record's, ``kept`` those simulated), by kind: AIPerf's summary counts them nowhere."""
+    kinds: dict[str, int] = {}
+    for s in status:
+        if s.startswith(WARMUP_FAILED_PREFIX):
+            kinds[s] = kinds.get(s, 0) + 1
+    bad = np.array([s.startswith(WARMUP_FAILED_PREFIX) for s in status], dtype=bool)
+    num, num_kept = int(bad.sum()), int((bad & kept).sum())
+    return (f"{num} of the warm-up requests did not complete ("
+            + "; ".join(f"{n} {k}" for k, n in kinds.items())
+            + "), which AIPerf's summary counts nowhere (its error_request_count is the "
+            f"profiling phase's): kept apart as failed in the warm-up stage (status "
+            f"'{WARMUP_FAILED_PREFIX}...', counted num_warmup_failed); {num_kept} of them "
+            f"simulated (with output tokens), {num - num_kept} not (no output)")
+
+
 def _error_text(rec: Any) -> str:
     """A record's error message (``error.message``), or ''."""
     err = rec.get("error") if isinstance(rec, dict) else None
@@ -993,20 +1016,27 @@ def _error_text(rec: Any) -> str:
 
 
 def _status(rec: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-    """A record's status: its phase's name outside profiling (a warm-up request, failed or
-    not: AIPerf's summary counts none of them, its error_request_count included), else
-    ``cancelled``, ``error (type)`` or ``completed``."""
+    """A record's status: ``cancelled``, ``error (type)`` or ``completed``, a warm-up one's
+    ``warmup`` where it completed and ``warmup cancelled`` or ``warmup error (type)`` where
+    not (AIPerf 0.13.0 writes a warm-up phase's failed record as a profiling one's, its
+    ``metadata.benchmark_phase`` ``warmup`` and its ``error`` kept:
+    ``records/record_processor_service.py`` ``_create_metric_record_metadata``,
+    ``post_processors/record_export_jsonl_writer.py`` ``process_record``; its summary's
+    ``error_request_count`` is the profiling phase's). Any other phase's name as is."""
     phase = meta.get("benchmark_phase", meta.get("phase_kind", meta.get("credit_phase",
                                                                          "profiling")))
-    if phase not in (None, "profiling"):
+    if phase not in (None, "profiling", "warmup"):
         return str(phase)
+    said = "completed"
     if meta.get("was_cancelled"):
-        return "cancelled"
-    if rec.get("error"):
+        said = "cancelled"
+    elif rec.get("error"):
         err = rec["error"]
         kind = err.get("type") if isinstance(err, dict) else None
-        return f"error ({kind})" if kind else "error"
-    return "completed"
+        said = f"error ({kind})" if kind else "error"
+    if phase == "warmup":
+        return "warmup" if said == "completed" else WARMUP_FAILED_PREFIX + said
+    return said
 
 
 def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArray,
@@ -1087,7 +1117,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     recorded = (np.array(sent_bodies) if sent_bodies is not None else
                 np.full(len(prompt), float(config["max_tokens"])) if "max_tokens" in config
                 else None)
-    failed = np.array([st.startswith("error") or st == "cancelled" for st in status], dtype=bool)
+    failed = np.array([st.removeprefix(WARMUP_FAILED_PREFIX).startswith(("error", "cancelled"))
+                       for st in status], dtype=bool)
     prompt = np.where(np.isnan(prompt) & failed & (output == 0), 0.0, prompt)  # dropped below
     missing_prompt = np.isnan(prompt)
     if missing_prompt.any():
@@ -1100,11 +1131,13 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
                                           max_output_rule, prefix)
     rows = workload.request_id
     st = [status[r] for r in rows.tolist()]
-    counts["num_warmup"] = st.count("warmup")
+    counts["num_warmup"] = sum(is_warmup(s) for s in st)
     # every failed record, those dropped for want of output too, as AIPerf's summary counts
     # them (error_request_count) and the vllm bench reader its num_failed
     counts["num_failed"] = sum(s.startswith("error") for s in status)
     counts["num_cancelled"] = status.count("cancelled")  # dropped ones too: see _failed
+    # the warm-up's, which AIPerf counts nowhere: told apart by their status (warmup error ...)
+    counts["num_warmup_failed"] = sum(s.startswith(WARMUP_FAILED_PREFIX) for s in status)
     version = summary.get("aiperf_version")
     kept = np.zeros(len(status), dtype=bool)
     kept[rows] = True
@@ -1113,13 +1146,15 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     if counts["num_warmup"]:
         notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
                      "server) and left out of the measured statistics, as AIPerf does")
+    if counts["num_warmup_failed"]:
+        notes.append(_warmup_failed_note(status, kept))
     server_counts = int(from_server[rows].sum())  # of the requests served, not those dropped
     if server_counts < len(rows):
         notes.append(f"output tokens: the server's usage count for {server_counts} of "
                      f"{len(rows)} requests, AIPerf's tokenizer count for the others")
     num_measured = len(rows) - counts["num_warmup"]
     limit = _time_limit(summary, num_measured)
-    profiling = np.array([s != "warmup" for s in status])
+    profiling = np.array([not is_warmup(s) for s in status])
     if limit and profiling.any():  # whatever the load: its sending stops, its grace ends
         # the phase's clock starts at its first send (the warm-up phase's sends before it)
         stage = replace(stage, time_limit_end_s=float(sent[profiling].min()) + limit[0],

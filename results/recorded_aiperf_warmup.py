@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvbudget.results.recorded_fields import dig
-from kvbudget.results.recording import RecordedStage
+from kvbudget.results.recording import RecordedStage, is_warmup
 
 WARMUP = "warm-up"
 """The label a warm-up stage begins with."""
@@ -68,10 +68,11 @@ def split_warmup(
 ) -> tuple[list[str], tuple[RecordedStage, ...], list[str]]:
     """Each record's stage label (``status`` in workload order), the stages in run order and
     the note: the warm-up records a stage of their own where :func:`warmup_stage` finds one."""
-    warm = warmup_stage(summary, stage) if "warmup" in status else None
+    num_warmup = sum(is_warmup(s) for s in status)
+    warm = warmup_stage(summary, stage) if num_warmup else None
     if warm is None:
         return [stage.label] * len(status), (stage,), []
-    labels = [warm.label if s == "warmup" else stage.label for s in status]
+    labels = [warm.label if is_warmup(s) else stage.label for s in status]
     how = (
         f"a closed loop of {warm.max_concurrency}"
         if warm.load == "closed"
@@ -81,7 +82,7 @@ def split_warmup(
         labels,
         (warm, stage),
         [
-            f"AIPerf ran its {status.count('warmup')} warm-up requests as a phase of their own "
+            f"AIPerf ran its {num_warmup} warm-up requests as a phase of their own "
             f"at another load than the profiling phase's ('{warm.label}': --warmup-concurrency, "
             f"--warmup-request-rate), and began profiling when it completed: they are a stage of "
             f"their own, replayed as {how}, before the profiling stage '{stage.label}'"

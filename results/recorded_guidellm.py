@@ -507,7 +507,10 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
                       dig(req, "output_metrics", "total_tokens")))
     if kind == "successful" and (math.isnan(t0) or math.isnan(p)):
         field_ = "request_start_time" if math.isnan(t0) else "prompt_tokens"
-        raise TraceError(path, _look_alike(req) or f"a successful request without {field_}",
+        said = _look_alike(req)  # the whole file's, so said of the file, as other refusals
+        if said:
+            raise TraceError(path, said)
+        raise TraceError(path, f"a successful request without {field_}",
                          field=f"{where}.{field_}")
     if math.isnan(t0) or math.isnan(p):
         return False  # a cancelled request GuideLLM knows nothing of: counted by the caller

@@ -57,10 +57,12 @@ from kvbudget.results.recorded_guidellm_turns import (
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_inference_perf_load import (
+    TRACE_CAP_KEY,
     WorkerCap,
     due_ticks,
     run_config,
     sweep_note,
+    trace_cap,
     trace_file,
     worker_cap,
 )
@@ -278,7 +280,7 @@ def read_inference_perf(path: Path, default_tier: str,
     start = np.array([r[2] for r in rows])
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
     run = run_config(path)
-    _trace_replayed(trace_file(run), labels, stages, notes)
+    traced = _trace_replayed(run, labels, stages, notes)  # its workers' cap, for validate
     notes.extend(said for said in (sweep_note(run),) if said)
     cap = worker_cap(run)
     capped = _worker_capped(cap, labels, stages, notes)
@@ -319,7 +321,7 @@ def read_inference_perf(path: Path, default_tier: str,
     order = workload.request_id
     status = [rows[r][5] for r in order.tolist()]
     counts["num_failed"] = sum(s.startswith("error") for s in status)
-    config: dict[str, Any] = {}
+    config: dict[str, Any] = dict(traced)
     body = _body(doc[0]) if isinstance(doc[0], dict) else {}
     if isinstance(body.get("model"), str):
         config["model"] = body["model"]
@@ -477,15 +479,20 @@ def _stage(k: int, rate: float | None, concurrency: int | None) -> RecordedStage
     return RecordedStage(f"stage {k}: {rate:g} req/s", "open", rate, None)
 
 
-def _trace_replayed(trace: str | None, labels: list[str], stages: list[RecordedStage],
-                    notes: list[str]) -> None:
-    """The open stages of a ``trace_replay`` run (``trace``: its ``load.trace.file``), in
-    place: inference-perf 0.7.0 sends such a stage's requests at its trace's timestamps
+def _trace_replayed(run: Any, labels: list[str], stages: list[RecordedStage],
+                    notes: list[str]) -> dict[str, Any]:
+    """The open stages of a ``trace_replay`` run (``run``: its ``config.yaml``), in place:
+    inference-perf 0.7.0 sends such a stage's requests at its trace's timestamps
     (``loadgen/load_timer.py`` ``TraceReplayLoadTimer``, from the stage's start), not at the
     stage's ``rate``, which its stage file still reports as ``requested_rate``: open loops at
-    their recorded sends, with no rate."""
+    their recorded sends, with no rate. Returned: the recording's ``config`` entry of their
+    workers' cap (:data:`TRACE_CAP_KEY`, where ``config.yaml`` tells it), which the replay
+    cannot apply (:func:`trace_cap_said`)."""
+    trace = trace_file(run)
     if trace is None:
-        return
+        return {}
+    cap = trace_cap(run)
+    caps: dict[str, int] = {}
     for k, stage in enumerate(stages):
         if stage.load != "open":
             continue
@@ -497,6 +504,8 @@ def _trace_replayed(trace: str | None, labels: list[str], stages: list[RecordedS
                      f"sent its requests at the timestamps of its trace ({trace or 'load.trace'}"
                      f"), not at the stage's rate{rate}, which its stage file reports as "
                      "requested_rate: replayed at their recorded sends")
+        caps.update({label: cap} if cap is not None else {})
+    return {TRACE_CAP_KEY: caps} if caps else {}
 
 
 def _worker_capped(cap: WorkerCap | None, labels: list[str], stages: list[RecordedStage],

@@ -26,16 +26,22 @@ kvbudget's seed draws its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
 
-from kvbudget.results.recorded_fields import dig
+from kvbudget.results.recorded_fields import dig, in_flight_after
 from kvbudget.workloads.counted import counted
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvbudget.results.recording import Recording
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -105,6 +111,57 @@ def trace_file(config: Any) -> str | None:
         return None
     file = dig(config, "load", "trace", "file")
     return file if isinstance(file, str) else ""
+
+
+TRACE_CAP_KEY = "trace_replay_worker_cap"
+"""The recording's ``config`` key of a ``trace_replay`` run's workers' cap (stage label to
+``load.num_workers x load.worker_max_concurrency``)."""
+
+
+def trace_cap(config: Any) -> int | None:
+    """The workers' cap of a ``trace_replay`` run (:func:`run_config`), where both settings are
+    whole numbers: inference-perf 0.7.0 queues a trace's requests as it queues a rate's, each
+    due at its trace timestamp (``run_stage``'s ``request_queue.put(..., next(time_generator))``
+    with ``TraceReplayLoadTimer``), and its workers take them into the same slots, so at most
+    that many were in flight; None otherwise."""
+    if dig(config, "load", "type") != "trace_replay":
+        return None
+    workers = _whole(dig(config, "load", "num_workers"))
+    per_worker = _whole(dig(config, "load", "worker_max_concurrency"))
+    return None if workers is None or per_worker is None else workers * per_worker
+
+
+def trace_cap_said(recording: Recording, simulated: pd.DataFrame) -> str | None:
+    """One line for each ``trace_replay`` stage whose replay had more requests in flight than
+    inference-perf's workers held at most (:func:`trace_cap`), or None. The replay sends them
+    at their recorded sends with no cap: the report keeps no due times (no ``scheduled_time``)
+    and the trace's timestamps cannot be matched to its requests, so where the cap bound the
+    sends already follow the real server, and a slower simulated server holds more in flight
+    than the tool would have sent."""
+    caps = recording.config.get(TRACE_CAP_KEY)
+    if not isinstance(caps, Mapping) or not caps:
+        return None
+    stage_of = recording.measured.set_index("request_id")["stage"].astype(str)
+    stages = stage_of.reindex(simulated["request_id"].to_numpy()).to_numpy()
+    sent = simulated["arrival_s"].to_numpy(dtype=np.float64)
+    end = simulated["finished_s"].to_numpy(dtype=np.float64)
+    over = []
+    for label, cap in caps.items():
+        mine = (stages == label) & np.isfinite(sent) & np.isfinite(end)
+        at = np.sort(sent[mine])
+        peak = int(in_flight_after(at, sent[mine], end[mine]).max()) if len(at) else 0
+        if peak > cap:
+            over.append(f"stage '{label}': up to {peak} in flight, its workers' cap {cap}")
+    if not over:
+        return None
+    return (
+        "inference-perf's workers held at most load.num_workers x "
+        "load.worker_max_concurrency requests in flight (the run's config.yaml), and the "
+        "replay of its trace at the recorded sends, which cannot apply that cap (the "
+        "report keeps no due times), exceeded it: "
+        + "; ".join(over)
+        + ": a load the tool would not have sent; its latencies there are not the run's"
+    )
 
 
 SWEEP_PROBE_S = 5.0

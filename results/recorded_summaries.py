@@ -543,6 +543,23 @@ trace-replayer-qa.py, commit 48172cd1, ``save_results``): one row a request of a
 does not stream (its ``send_request`` posts without ``stream`` and reads the whole answer), so
 no time to the first token."""
 
+LONG_DOC_QA_COLUMNS = ["prompt_id", "request_start", "ttft", "request_end"]
+"""The first columns of LMCache's long-document QA benchmark's ``warmup_round.csv`` and
+``query_round.csv`` (LMCache/LMCache ``benchmarks/long_doc_qa/long_doc_qa.py`` at 0482cd9f:
+``RequestStats``, then ``ttft_time``; forks add ``successful`` and ``is_miss``): one row a
+request, its send, TTFT and end in seconds from the round's start, and no token counts (the
+prompts are ``--document-length`` words, the answers at most ``--output-len`` tokens, neither
+written)."""
+
+_LONG_DOC_QA = ("is LMCache's long-document QA round (benchmarks/long_doc_qa/long_doc_qa.py: "
+                "warmup_round.csv or query_round.csv): each request's send, TTFT and end, but "
+                "not its prompt or output tokens (the run's --document-length and --output-len "
+                "are not in it), which kvbudget needs to simulate it; add prompt_tokens and "
+                "output_tokens columns from the run's settings and e2e_s (request_end - "
+                "request_start), and pass it as the generic records format with --column "
+                "arrival_s=request_start --column ttft_s=ttft (docs/recordings.md), or record "
+                "the load with a tool kvbudget reads")
+
 
 _VLLM_LOG_LINE = re.compile(
     rb"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
@@ -682,7 +699,8 @@ def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
     JSON keys as columns, ``mean_ttft_ms``, ``completed``: github.com/moguizhizi/learning_project
     ``benchmarks/output/qwen2_5_vl_72B/differ/*.csv`` at 9239dfc6, written beside each
     ``benchmark_serving.py`` JSON) holds no request either; LMBench's trace-replayer result has
-    no TTFT (:data:`LMBENCH_RESULT`); None for any other CSV. ``name``, the file's name, tells
+    no TTFT (:data:`LMBENCH_RESULT`), LMCache's long-document QA rounds no token counts
+    (:data:`LONG_DOC_QA_COLUMNS`); None for any other CSV. ``name``, the file's name, tells
     genai-perf's table from AIPerf's (their first lines are alike): genai-perf wrote no
     profile_export.jsonl to pass instead."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
@@ -704,6 +722,8 @@ def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
                 f"request_throughput...): aggregates only; {_DETAILED}")
     if header[:3] == K6_CSV_HEADER:
         return f"is k6's --out csv output (one row a metric sample): {_K6_WHAT}"
+    if header[:4] == LONG_DOC_QA_COLUMNS and not {"prompt_tokens", "output_tokens"} & set(header):
+        return _LONG_DOC_QA
     if header == LMBENCH_RESULT:
         return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
                 "records each one's whole latency but no time to its first token, and kvbudget "

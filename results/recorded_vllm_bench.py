@@ -68,6 +68,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     server_metrics_note,
     v0_engine_note,
 )
+from kvbudget.results.recorded_vllm_bench_peak import PEAK_KEY, recorded_peak
 from kvbudget.results.recorded_vllm_metadata import metadata_note, object_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.results.vllm_releases import client_release_note
@@ -868,6 +869,9 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     counts["num_failed"] = int(failed.sum())
     counts["num_stages"] = len(runs)
     config = _config(docs)
+    peaks = {lab: p for lab, (_, doc) in zip(labels, docs, strict=True)
+             if (p := recorded_peak(doc)) is not None}
+    config.update({PEAK_KEY: peaks} if peaks else {})  # said beside the simulated one
     first = docs[0][1]
     tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
     notes.append(max_tokens_note(recorded, max_output_rule))

@@ -53,6 +53,18 @@ out of its measured statistics: its warm-up and cool-down, those GuideLLM sent a
 window of a benchmark with no cool-down had closed (``after_window``) and those its workers
 sent after a time limit (``after_limit``)."""
 
+WARMUP_FAILED_PREFIX = "warmup "
+"""What a warm-up request's ``status`` begins with where it failed or was cancelled (``warmup
+error (TimeoutError)``, ``warmup cancelled``: AIPerf's warm-up phase writes its failed records
+as the profiling phase's, their error kept): not in :data:`OUTSIDE_WINDOW_STATUSES`, so a
+comparison counts it among the requests the recording shows not completed."""
+
+
+def is_warmup(status: str) -> bool:
+    """Whether ``status`` is a warm-up request's, completed (``warmup``) or failed
+    (:data:`WARMUP_FAILED_PREFIX`)."""
+    return status == "warmup" or status.startswith(WARMUP_FAILED_PREFIX)
+
 MEASURED_COLUMNS: tuple[str, ...] = ("request_id", "tier", "arrival_s", "prompt_tokens",
                                      "output_tokens", "status", "stage", "ttft_s", "tpot_s",
                                      "e2e_s", "itl_mean_s", "usable")

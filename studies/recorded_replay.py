@@ -57,7 +57,7 @@ import numpy as np
 
 from kvbudget.policies import make_policy
 from kvbudget.results.metrics import summarize
-from kvbudget.results.recording import RecordedStage, Recording
+from kvbudget.results.recording import RecordedStage, Recording, is_warmup
 from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator.run import SimConfig, simulate
@@ -330,7 +330,8 @@ def _time_limit(recording: Recording, stage: RecordedStage,
     """``stage``'s time limit on its own clock (from ``start_s``, its first send), its warm-up
     requests awaited (as :func:`cut_at_time_limit` leaves them)."""
     assert stage.time_limit_end_s is not None  # _is_cut checks it
-    warmup = recording.measured["status"].astype(str).to_numpy()[rows] == "warmup"
+    status = recording.measured["status"].astype(str).to_numpy()[rows]
+    warmup = np.array([is_warmup(s) for s in status.tolist()], dtype=bool)
     return TimeLimit(max(0.0, stage.time_limit_end_s - start_s), stage.grace_s,
                      frozenset(np.flatnonzero(warmup).tolist()))
 
@@ -429,7 +430,8 @@ def _measured_rows(recording: Recording, run: RunResult) -> tuple[
     wanted = np.asarray(run.record_columns["request_id"], dtype=np.int64)
     rows = order[np.searchsorted(ids, wanted, sorter=order)]
     labels = measured["stage"].astype(str).to_numpy(dtype=object)[rows]
-    warmup = measured["status"].astype(str).to_numpy() == "warmup"
+    warmup = np.array([is_warmup(s) for s in measured["status"].astype(str).tolist()],
+                      dtype=bool)
     return labels, warmup[rows]
 
 

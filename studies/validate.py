@@ -45,6 +45,8 @@ from kvbudget.analysis.whole_answer import (
 from kvbudget.perf.cost_model import CostModel, LinearCostModel
 from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
+from kvbudget.results.recorded_inference_perf_load import trace_cap_said
+from kvbudget.results.recorded_vllm_bench_peak import peak_said
 from kvbudget.results.recording import OUTSIDE_WINDOW_STATUSES
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
@@ -328,9 +330,11 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
         mask = mask & rows
     per_request = per_request_errors(sim.records[mask], measured[mask])
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
-    said = whole_answer_said(recording.measured, rows)
+    compared = sim.records if rows is None else sim.records[rows]
+    said = (whole_answer_said(recording.measured, rows), peak_said(recording, compared),
+            trace_cap_said(recording, compared))
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,
-                               said=(said,) if said else ())
+                               said=tuple(s for s in said if s))
     if out is not None:
         write_validation(result, recording, out, meta=meta, rows=rows)
     return result

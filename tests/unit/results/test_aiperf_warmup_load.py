@@ -21,7 +21,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.results.recordings import RecordedStage, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
-from kvbudget.studies.validate import simulate_recording
+from kvbudget.studies.validate import served_refusals, simulate_recording
 
 AIPERF = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
 RUN = AIPERF / "concurrency4_warmup4c1.jsonl"
@@ -90,3 +90,52 @@ def test_a_warmup_at_the_profiling_load_stays_in_its_stage(tmp_path: Path) -> No
     rec = read_recording(with_phases(tmp_path, {"concurrency": 4}))
     assert rec.stages == (RecordedStage("concurrency 4", "closed", None, 4),)
     assert not any("as a phase of their own" in n for n in rec.notes)
+
+
+def with_failed_warmups(tmp_path: Path) -> Path:
+    """The run with two of its warm-up records failed as AIPerf 0.13.0 writes a failed record
+    in any phase (``metadata.benchmark_phase`` kept, ``error`` set:
+    ``records/record_processor_service.py`` ``_create_metric_record_metadata``,
+    ``post_processors/record_export_jsonl_writer.py`` ``process_record``, which writes every
+    record with an error): the second answered with an HTTP 500 after its tokens, the third
+    timed out with only ``error_isl`` (as ``TimeoutError`` records do: see
+    test_recording_aiperf_failed.py). Hand-edited from the real run."""
+    shutil.copy(SUMMARY, tmp_path / SUMMARY.name)
+    records = [json.loads(line) for line in RUN.read_text().splitlines()]
+    assert [r["metadata"]["benchmark_phase"] for r in records[:3]] == ["warmup"] * 3
+    records[1]["error"] = {"code": 500, "type": "Internal Server Error", "message": "boom"}
+    records[2]["metrics"] = {"error_isl": records[2]["metrics"]["input_sequence_length"]}
+    records[2]["error"] = {"type": "TimeoutError", "message": "TimeoutError()"}
+    (tmp_path / RUN.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return tmp_path / RUN.name
+
+
+def test_a_failed_warmup_request_is_told_apart_as_failed_in_the_warmup(tmp_path: Path) -> None:
+    rec = read_recording(with_failed_warmups(tmp_path))
+    warm = rec.measured[rec.measured["stage"] == "warm-up, concurrency 1"]
+    # the 500 one simulated (it has tokens), in the warm-up stage, its failure kept; the
+    # timed-out one not simulated (no output), counted all the same
+    assert sorted(warm["status"]) == ["warmup", "warmup", "warmup error (Internal Server Error)"]
+    assert rec.counts["num_warmup_failed"] == 2
+    assert rec.counts["num_warmup"] == 3  # the warm-up stage's simulated requests
+    assert rec.counts["num_failed"] == 0  # AIPerf's error_request_count: profiling only
+    assert any(
+        n.startswith(
+            "2 of the warm-up requests did not complete (1 warmup error (Internal "
+            "Server Error); 1 warmup error (TimeoutError))"
+        )
+        for n in rec.notes
+    )
+    # what validate prints: the simulation completed a request the recording shows failed
+    config = SimConfig(
+        engine=EngineConfig(
+            num_gpu_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048
+        )
+    )
+    slow = LinearCostModel(
+        intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_context_token_s=0.0
+    )
+    run = simulate_recording(rec, config, cost_model=slow, frontend_overhead_s=0.0)
+    said = served_refusals(rec, run.records)
+    assert said is not None
+    assert "(1 warmup error (Internal Server Error))" in said

@@ -38,6 +38,12 @@ def test_a_guidellm_lookalike_is_refused_as_not_guidellms(tmp_path: Path) -> Non
     with pytest.raises(TraceError) as err:
         read_recording(_lookalike(tmp_path))
     message = str(err.value)
+    # said of the file, as the other refusals are (file: what is wrong, what to do), not of
+    # the first request's field
+    path = tmp_path / "c1.json"
+    assert message.startswith(f"{path}: is shaped like a GuideLLM report, but its requests keep")
+    assert "field" not in message
+    assert "\n" not in message
     assert "not one GuideLLM wrote" in message
     assert "latency_ms, output_tokens, prompt_tokens, ttft_ms" in message
     assert "records format" in message

@@ -16,15 +16,23 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.results.recorded_fields import in_flight_after
 from kvbudget.results.recorded_inference_perf_load import due_ticks
 from kvbudget.results.recordings import RecordedStage, read_recording
+from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.recorded_replay import stage_plans
+from kvbudget.studies.validate import validate_recording
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CAPPED = (
     Path(__file__).resolve().parents[2]
@@ -137,6 +145,11 @@ def test_due_ticks_draw_as_inference_perfs_timers() -> None:
 
 
 TRACE = CAPPED.parent / "trace_replay"
+CONFIG = SimConfig(
+    engine=EngineConfig(
+        num_gpu_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048
+    )
+)
 
 
 def test_a_trace_replay_stage_is_no_rate_but_its_traces_timestamps() -> None:
@@ -165,3 +178,47 @@ def test_a_trace_replay_stage_is_no_rate_but_its_traces_timestamps() -> None:
     assert "its stages are `stage 0: trace replay`" in " ".join(docs.read_text().split())
     # replayed at the recorded sends
     assert np.allclose(np.sort(rec.workload.arrival_s), np.sort(starts - starts.min()))
+
+
+def _simulated_peak(records: pd.DataFrame) -> int:
+    """The most simulated requests in flight at once, counted at each send (plain Python)."""
+    sent, end = records["arrival_s"].tolist(), records["finished_s"].tolist()
+    return max(sum(1 for s, e in zip(sent, end, strict=True) if s <= t < e) for t in sent)
+
+
+def test_a_trace_replay_over_its_workers_cap_says_so(tmp_path: Path) -> None:
+    """A trace_replay stage's requests are queued as a rate's are, each due at its trace
+    timestamp (inference-perf 0.7.0 ``loadgen/load_generator.py`` ``run_stage``:
+    ``request_queue.put(..., next(time_generator))``, ``TraceReplayLoadTimer``), and the
+    workers take them into the same slots: at most ``num_workers x worker_max_concurrency``
+    in flight. The report keeps no due times, so the replay sends at the recorded ones, with
+    no cap; where its simulated server held more than the cap, the validation says so, naming
+    the cap. The real run (cap 2 x 100) with its config set to 1 worker of 1 slot here."""
+    shutil.copytree(TRACE, tmp_path / "run")
+    path = tmp_path / "run" / "per_request_lifecycle_metrics.json"
+    slow = LinearCostModel(
+        intercept_s=0.5, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_context_token_s=0.0
+    )
+    wide = validate_recording(
+        read_recording(path),
+        CONFIG,
+        cost_model=slow,
+        frontend_overhead_s=0.0,
+        model_chosen=True,
+    )
+    peak = _simulated_peak(wide.simulated.records)
+    assert 1 < peak < 200  # over a cap of 1, under the run's own 200
+    assert not any("workers' cap" in s for s in wide.said)
+    set_config(path, num_workers=1, worker_max_concurrency=1)
+    rec = read_recording(path)
+    assert rec.config["trace_replay_worker_cap"] == {"stage 0: trace replay": 1}
+    narrow = validate_recording(
+        rec, CONFIG, cost_model=slow, frontend_overhead_s=0.0, model_chosen=True
+    )
+    line = next(s for s in narrow.said if "workers' cap" in s)
+    assert line.startswith(
+        "inference-perf's workers held at most load.num_workers x "
+        "load.worker_max_concurrency requests in flight"
+    )
+    assert f"stage 'stage 0: trace replay': up to {peak} in flight, its workers' cap 1" in line
+    assert "\n" not in line

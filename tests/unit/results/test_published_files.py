@@ -264,6 +264,22 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
      "timestamp,request_id,latency,prompt_tokens,completion_tokens,total_tokens,error\n"
      "0.0,1,1.2,2101,84,2185,\n0.06,2,0.9,3650,74,3724,\n",
      "is LMBench's trace-replayer result: its requests were not streamed"),
+    # LMCache/LMCache benchmarks/long_doc_qa/long_doc_qa.py at 0482cd9f (RequestStats, then
+    # ttft_time; forks add is_miss, successful): query_round.csv / warmup_round.csv, as
+    # published at github.com/sampan26/kvbm_bench query_round.csv (9be59115) and
+    # github.com/pzsjasonpg/model_bench query_round.csv (68d50921), their first rows here (no
+    # licence: not copied whole); it got "missing column 'prompt_tokens' ... map it (--column
+    # prompt_tokens=prompt_id)", a prompt's index offered as its token count
+    ("query_round.csv",
+     "prompt_id,request_start,ttft,request_end,is_miss,ttft_time\n"
+     "0,0.0010211467742919922,0.13550925254821777,0.8535919189453125,False,0.13653039932250977\n",
+     "is LMCache's long-document QA round (benchmarks/long_doc_qa/long_doc_qa.py: "
+     "warmup_round.csv or query_round.csv): each request's send, TTFT and end, but not its "
+     "prompt or output tokens"),
+    ("warmup_round.csv",
+     "prompt_id,request_start,ttft,request_end,successful,is_miss,ttft_time\n"
+     "0,0.0,0.10504269599914551,1.9163687229156494,True,False,0.10504269599914551\n",
+     "is LMCache's long-document QA round"),
     # huggingface/inference-benchmarker src/writers.rs at dfef39d5 (BenchmarkReportWriter,
     # BenchmarkResultsWriter): results/<tokenizer>_<date>.json holds one object of percentiles
     # a benchmark and no request; it got "cannot tell the recording format"
@@ -1287,3 +1303,21 @@ def test_llm_load_test_first_layout_is_read(tmp_path: Path) -> None:
     measured = rec.measured.sort_values("arrival_s")
     assert np.allclose(measured["ttft_s"], [r["ttft"] / 1000 for r in ok])
     assert np.allclose(measured["e2e_s"], [r["response_time"] / 1000 for r in ok])
+
+
+def test_a_long_doc_qa_round_with_its_token_counts_added_reads_as_its_refusal_says(
+    tmp_path: Path,
+) -> None:
+    """What the refusal of LMCache's long_doc_qa round tells to do works: its token counts
+    and e2e_s added, read as the generic records format with the two columns mapped."""
+    path = tmp_path / "query_round.csv"
+    path.write_text(
+        "prompt_id,request_start,ttft,request_end,is_miss,ttft_time,prompt_tokens,"
+        "output_tokens,e2e_s\n"
+        "0,0.0,0.1355,0.8536,False,0.1355,1002,100,0.8536\n"
+        "1,0.8537,0.1298,1.6809,False,0.9835,1002,100,0.8272\n"
+    )
+    rec = read_recording(path, columns={"arrival_s": "request_start", "ttft_s": "ttft"})
+    assert rec.format == "records"
+    assert rec.measured["ttft_s"].tolist() == [0.1355, 0.1298]
+    assert rec.workload.arrival_s.tolist() == [0.0, 0.8537]

@@ -299,9 +299,8 @@ BAD_CASES = [
      "no-detail.json: is a vllm bench serve result without per-request data"),
     ("guidellm.json", json.dumps({"benchmarks": [{"requests": {"successful": [
         {"prompt_tokens": 3, "output_tokens": 2}]}}]}),
-     "field 'benchmarks[0].requests.successful[0].request_start_time': is shaped like a "
-     "GuideLLM report, but its requests keep output_tokens, prompt_tokens and none of "
-     "GuideLLM's times"),
+     "guidellm.json: is shaped like a GuideLLM report, but its requests keep output_tokens, "
+     "prompt_tokens and none of GuideLLM's times"),
     ("broken.json", '{"benchmarks": [\n{"requests": ', "line 2: not valid JSON"),
 ]
 
