@@ -102,6 +102,7 @@ from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
 from kvbudget.results.recorded_records import read_records, read_run_dir
+from kvbudget.results.recorded_sglang_server import server_info_refusal
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
     SQLITE_REFUSAL,
@@ -210,6 +211,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         session_report_refusal(doc)
         or inference_perf_prometheus_refusal(doc)
         or flat_spans_refusal(doc)
+        or server_info_refusal(doc)
     )
     if sessions:
         raise TraceError(path, sessions)
