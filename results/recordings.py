@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aggregates import (
+    aggregate_line_refusal,
     aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
@@ -436,6 +437,7 @@ def _refuse_unsent_lines(path: Path) -> None:
     refusal`, the keys of their first 8 records: AIBrix's client writes ``start_time`` on its
     streamed requests' lines only) in one line, before the generic format misses a field."""
     keys: dict[str, None] = {}
+    aggregates = None
     with path.open("rb") as fh:
         for _ in range(8):
             line = fh.readline(1 << 16).strip()
@@ -447,8 +449,10 @@ def _refuse_unsent_lines(path: Path) -> None:
                 return
             if not isinstance(record, dict):
                 return
+            if not keys:
+                aggregates = aggregate_line_refusal(record)
             keys.update(dict.fromkeys(str(k) for k in record))
-    said = unsent_records_refusal(list(keys), "line") if keys else None
+    said = aggregates or (unsent_records_refusal(list(keys), "line") if keys else None)
     if said:
         raise TraceError(path, said, line=1)
 
