@@ -103,12 +103,15 @@ def _said(names: Iterable[str]) -> str:
     return ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
 
 
-NESTED_STATS = 3
+NESTED_STATS = 4
 """How deep in objects of objects statistics are looked for: a home-made benchmark's report
 keeps them two objects down (vllm-project/production-stack 0b945e8
 ``mock_benchmark_results.json``: ``sequential_vs_parallel.sequential.avg_latency``,
 ``cache_efficiency.standard.avg_latency``), where one level was looked at and the file was
-told to "pass a format", which none fits."""
+told to "pass a format", which none fits; a dashboard's data three down, by model, then run
+(github.com/thienlng/llm-bench-results-16-04 5c16239 ``benchmark_data.json``:
+``MiniMax-M2.7.data.1.ttft_mean_ms``, vllm bench serve's summaries at each concurrency), where
+two levels were looked at."""
 
 
 def _figures(value: object) -> bool:

@@ -547,3 +547,35 @@ def test_a_rate_or_another_canonical_column_is_not_guessed_as_a_token_count(
     assert result.exit_code == 2
     assert "missing column 'output_tokens'" in result.output
     assert "(--column output_tokens=COLUMN;" in result.output
+
+
+def test_aggregates_three_objects_down_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # a dashboard's data by model, then by concurrency, shaped as github.com/thienlng/
+    # llm-bench-results-16-04 5c16239 benchmark_data.json (no licence: reproduced, not
+    # copied), told "cannot tell the recording format ...; pass a format", which none fits
+    run = {
+        "successful_requests": 500,
+        "req_throughput": 0.1,
+        "ttft_mean_ms": 2121.99,
+        "ttft_median_ms": 2227.24,
+        "ttft_p99_ms": 5237.65,
+        "tpot_mean_ms": 19.87,
+    }
+    doc = {
+        "MiniMax-M2.7": {
+            "full_name": "MiniMaxAI/MiniMax-M2.7-FP8",
+            "gpu_count": 4,
+            "ccu_levels": [1, 10],
+            "data": {"1": run, "10": run},
+        },
+    }
+    path = tmp_path / "benchmark_data.json"
+    path.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures (MiniMax-M2.7.data.1.req_throughput, "
+        "MiniMax-M2.7.data.1.ttft_mean_ms, MiniMax-M2.7.data.1.ttft_median_ms, ...)"
+    ) in said
+    assert NEEDS in said and "pass a format" not in said
