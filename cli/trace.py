@@ -218,6 +218,8 @@ def _tool_format(file: Path, out: Path) -> str | None:
     except TraceError as refusal:  # a load tool's file of aggregates, a server log, ...
         if refusal.problem.startswith("cannot tell the recording format"):
             return None
+        if refusal.problem.startswith("holds aggregate figures"):  # a run's, never a trace's
+            raise
         try:
             detect_format(file)
         except (TraceError, OSError):  # no trace either: the recording's reason says more

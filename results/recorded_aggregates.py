@@ -103,12 +103,15 @@ def _said(names: Iterable[str]) -> str:
     return ", ".join(shown[:3]) + (", ..." if len(shown) > 3 else "")
 
 
-NESTED_STATS = 3
+NESTED_STATS = 4
 """How deep in objects of objects statistics are looked for: a home-made benchmark's report
 keeps them two objects down (vllm-project/production-stack 0b945e8
 ``mock_benchmark_results.json``: ``sequential_vs_parallel.sequential.avg_latency``,
 ``cache_efficiency.standard.avg_latency``), where one level was looked at and the file was
-told to "pass a format", which none fits."""
+told to "pass a format", which none fits; a dashboard's data three down, by model, then run
+(github.com/thienlng/llm-bench-results-16-04 5c16239 ``benchmark_data.json``:
+``MiniMax-M2.7.data.1.ttft_mean_ms``, vllm bench serve's summaries at each concurrency), where
+two levels were looked at."""
 
 
 def _figures(value: object) -> bool:
@@ -154,6 +157,33 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
+
+
+SUMMARY_WORDS = frozenset({"mean", "avg", "average", "median", "std", "stdev", "stddev"})
+"""Words of a key that name a summary over many requests (with ``p50``, ``p99``...): never one
+request's figure, as a rate can be (a request's own ``output_tokens_per_second``)."""
+
+
+def _summarises(name: str) -> bool:
+    return any(w in SUMMARY_WORDS or re.fullmatch(r"p\d{2,3}", w) for w in _words(name))
+
+
+def aggregate_line_refusal(record: Mapping[str, Any]) -> str | None:
+    """Why JSON lines whose first line is ``record`` hold no request: two or more of its keys
+    name a summary over requests (a percentile, a mean, a median: :func:`_summarises`) and none
+    is the generic format's measured time (``ttft_s``, ``e2e_s``), whatever else it holds; else
+    None. A harness's runs, one a line (github.com/LottoLottoLotto/4x3090-llm-benchmarks
+    bd22281 ``data/benchmarks.jsonl``: each line a run's ``ttft_p50_ms``, ``ttft_p99_ms``,
+    ``e2e_p99_ms`` and ``req_s`` beside its configured ``prompt_tokens``), was read as generic
+    records and told it "holds per-request results, one a line" (validate, report) or to map
+    its ``output_tok_s``, a rate, as each request's output tokens (trace convert)."""
+    keys = [str(k) for k in record]
+    if {"arrival_s", "ttft_s", "e2e_s"} & set(keys):
+        return None
+    summaries = [k for k in keys if _summarises(k)]
+    if len(summaries) < 2:
+        return None
+    return f"holds aggregate figures, one line a run or a metric ({_said(summaries)}), {NEEDED}"
 
 
 METRIC_VALUE_COLUMNS = frozenset({"performance", "value"})

@@ -951,14 +951,16 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
     (``info.timings.targeted_start``; 0.2-0.3: ``scheduler_info.targeted_start_time``): its start came after a wait for one of the slots, and
     replaying that would hold it to the recorded server's slots (a faster simulated server
     could not send sooner). Its TTFT and E2E keep the start as origin. A stage of no more
-    requests than slots (GuideLLM 0.7+ records its default cap, 10240) never waited for one: its
+    requests than slots (GuideLLM 0.7+ records its default cap, 10240) never waited for one, nor
+    did one whose requests in flight never reached its cap (:func:`_reached_cap`): its
     requests are offered at their start (a lag of the client's own is load the server saw)."""
     start = np.array(cols.start)
     due = np.array(cols.due)
     labels = np.array(cols.stage, dtype=object)
     size = {label: int((labels == label).sum()) for label in set(cols.stage)}
-    capped = np.array([0 < cap < size[label] for cap, label in zip(cols.cap, cols.stage,
-                                                                    strict=True)], dtype=bool)
+    full = _reached_cap(start, np.array(cols.end, dtype=float), labels, cols.cap)
+    capped = np.array([0 < cap < size[label] and full[label]
+                       for cap, label in zip(cols.cap, cols.stage, strict=True)], dtype=bool)
     known = capped & np.isfinite(due) & (due <= start)
     if (capped & ~known).any():
         notes.append(f"{int((capped & ~known).sum())} requests of a stage capped at a "
@@ -966,6 +968,26 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
                      "offered at its start, when it got a slot of the recorded run: a faster "
                      "simulated server cannot send sooner than the recorded one did")
     return clip_to_ramps(np.where(known, due, start), due, labels, cols.ramp_holds)
+
+
+def _reached_cap(start: FloatArray, end: FloatArray, labels: Any,
+                 caps: list[int]) -> dict[str, bool]:
+    """Whether each stage's requests in flight (started, not ended: a request with no end, cut
+    or failed, counted to the last) ever reached its cap: where they never did, no request
+    waited for a slot, and a start after its targeted time is GuideLLM's own scheduling delay
+    (github.com/rsevilla87/guidellm-results-parser 0e467bc ``example_output/benchmarks.json``:
+    GuideLLM 0.3 at a constant 10 req/s capped at its default 512, at most 33 in flight, each
+    request started 0.1 to 12 ms after its targeted time)."""
+    ends = np.where(np.isfinite(end), end, np.inf)
+    full: dict[str, bool] = {}
+    for label in set(labels.tolist()):
+        rows = labels == label
+        cap = max((c for c, r in zip(caps, rows, strict=True) if r), default=0)
+        began = np.sort(start[rows])
+        flight = np.arange(1, len(began) + 1) - np.searchsorted(
+            np.sort(ends[rows]), began, side="right")
+        full[label] = bool(len(began)) and int(flight.max()) >= cap
+    return full
 
 
 def _check(path: Path, name: str, values: FloatArray, rows: Any,

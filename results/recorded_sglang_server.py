@@ -255,3 +255,39 @@ def sglang_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
+
+
+SERVER_INFO_KEYS = frozenset({"model_path", "tp_size", "mem_fraction_static"})
+"""Fields of SGLang's ``ServerArgs`` that its server-info answer always holds (every version's
+``python/sglang/srt/server_args.py``): the three together tell a saved answer from any
+tool's result."""
+
+
+def server_info_refusal(doc: Mapping[str, Any]) -> str | None:
+    """Why SGLang's server-info answer saved on its own is no recording: ``GET /server_info``
+    (``/get_server_info`` before SGLang 0.5.23 deprecated it, ``python/sglang/srt/entrypoints/
+    http_server.py``) answers with the server's arguments, its scheduler's state, each
+    data-parallel rank's ``internal_states`` and its ``version``, no request. A saved answer
+    (github.com/mattbucci/2x-R9700-RDNA4-GFX1201-sglang-inference 28f8146 ``benchmarks/
+    profiling/native-decode-laguna-eager/server_info.json``) was told it "holds aggregate
+    figures (limit_mm_data_per_request, ...)", a server setting named as a run's statistic.
+    bench_serving saves the same answer as its result's ``server_info``, which kvbudget reads
+    (:func:`sglang_server`). None for any other document."""
+    if not set(doc) >= SERVER_INFO_KEYS or "server_info" in doc:
+        return None
+    said = [f"model_path {doc['model_path']}", f"tp_size {doc['tp_size']}"]
+    dp = _count(doc.get("dp_size"))
+    if dp is not None and dp > 1:
+        said.append(f"dp_size {dp}")
+    tokens = _count(doc.get("max_total_num_tokens"))
+    if tokens is not None:
+        said.append(f"max_total_num_tokens {tokens}")
+    version = doc.get("version")
+    run = f"SGLang {version}" if isinstance(version, str) else "SGLang"
+    return (
+        f"is {run}'s server info (GET /server_info or /get_server_info: the server's "
+        f"settings, {', '.join(said)}), not a recording: no request is in it; pass the "
+        "bench_serving result (--output-file, one JSON line a run, with --output-details for "
+        "each request), which saves this answer as its server_info and from which kvbudget "
+        "reads these settings"
+    )

@@ -599,15 +599,23 @@ _BENCH_SAID = (("backend", rb"\nBackend:\s+(\S+)"),
 def bench_console_refusal(head: bytes) -> str | None:
     """Why a serving benchmark's console output (``vllm bench serve ... | tee bench.log``) is no
     recording: it prints its settings and summary, not each request; None for any other file
-    (a JSON or YAML document is never one)."""
+    (a JSON or YAML document is never one). Several runs printed to one file say each one's
+    settings and how many there are: a sweep's log (github.com/thienlng/llm-bench-results-16-04
+    5c16239 ``benchmark_results/results/minimax27/benchmark_summary.txt``, vllm bench serve at
+    max concurrency 10 to 150, seven runs) was said as its first run alone ("max concurrency
+    10, successful requests 500")."""
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
             not any(mark in head for mark in _BENCH_CONSOLE):
         return None
+    runs = max(head.count(_BENCH_CONSOLE[0]), head.count(b"\nTraffic request rate:"))
     said = []
     for name, pattern in _BENCH_SAID:
-        found = re.search(pattern, head)
+        found = dict.fromkeys(v.decode("utf-8", "replace") for v in re.findall(pattern, head))
         if found:
-            said.append(f"{name} {found.group(1).decode('utf-8', 'replace')}")
+            said.append(f"{name} {'/'.join(found)}")
+    if runs > 1:  # runs one after another, tee'd to one file: each one's settings said
+        more = "at least " if len(head) >= 1 << 16 else ""
+        said.insert(0, f"{more}{runs} runs")
     return ("is a serving benchmark's console output (vllm bench serve, or SGLang's or "
             "TensorRT-LLM's benchmark_serving, as printed" + (f": {', '.join(said)}" if said
                                                              else "") +

@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aggregates import (
+    aggregate_line_refusal,
     aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
@@ -102,6 +103,7 @@ from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
 from kvbudget.results.recorded_records import read_records, read_run_dir
+from kvbudget.results.recorded_sglang_server import server_info_refusal
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
     SQLITE_REFUSAL,
@@ -210,6 +212,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         session_report_refusal(doc)
         or inference_perf_prometheus_refusal(doc)
         or flat_spans_refusal(doc)
+        or server_info_refusal(doc)
     )
     if sessions:
         raise TraceError(path, sessions)
@@ -434,6 +437,7 @@ def _refuse_unsent_lines(path: Path) -> None:
     refusal`, the keys of their first 8 records: AIBrix's client writes ``start_time`` on its
     streamed requests' lines only) in one line, before the generic format misses a field."""
     keys: dict[str, None] = {}
+    aggregates = None
     with path.open("rb") as fh:
         for _ in range(8):
             line = fh.readline(1 << 16).strip()
@@ -445,8 +449,10 @@ def _refuse_unsent_lines(path: Path) -> None:
                 return
             if not isinstance(record, dict):
                 return
+            if not keys:
+                aggregates = aggregate_line_refusal(record)
             keys.update(dict.fromkeys(str(k) for k in record))
-    said = unsent_records_refusal(list(keys), "line") if keys else None
+    said = aggregates or (unsent_records_refusal(list(keys), "line") if keys else None)
     if said:
         raise TraceError(path, said, line=1)
 

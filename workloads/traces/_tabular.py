@@ -585,6 +585,12 @@ def _refuse_unmapped_arrival(path: Path, columns: list[str], present: set[str],
                          "arrivals in place of its times (--arrival)", field="arrival_s")
 
 
+_RATE = re.compile(r"(_s|_sec|_per_second|_tps|throughput)$", re.IGNORECASE)
+"""A column that holds a rate (``output_tok_s``, ``tokens_per_second``), never a request's
+token count: no guess of the column to map as ``prompt_tokens`` or ``output_tokens`` (a
+harness's runs, github.com/LottoLottoLotto/4x3090-llm-benchmarks bd22281
+``data/benchmarks.jsonl``, were told to map ``output_tok_s`` as ``output_tokens``)."""
+
 _STUDY_COLUMNS = frozenset({"run_key", "point", "replication", "seed"})
 """The columns that identify a run in a study's table (``studies.sweep.ID_COLUMNS``), which a
 trace's or a recording's file does not hold all of."""
@@ -611,7 +617,8 @@ def _refuse_missing(path: Path, columns: list[str], present: set[str], names: Ma
         if len(shown) > 120:
             shown = shown[:117] + "..."
         likely = [c for c in columns if _LIKELY.get(c) == canon]
-        guess = (likely or difflib.get_close_matches(canon, columns, n=1, cutoff=0.6)
+        counts = [c for c in columns if not _RATE.search(c) and c not in CANONICAL_COLUMNS]
+        guess = (likely or difflib.get_close_matches(canon, counts, n=1, cutoff=0.6)
                  or ["COLUMN"])[0]
         raise TraceError(path, f"missing column {names[canon]!r} needed by the generic format "
                          f"(the {what} has: {shown}): if a column holds it, map it (--column "

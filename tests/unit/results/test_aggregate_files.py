@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
 
@@ -463,3 +465,117 @@ def test_a_requests_time_per_token_is_not_a_rate_of_the_run(tmp_path: Path) -> N
     path.write_text(json.dumps({"id": "r1", "time_per_token_ms": 20.0, "tokens_per_sec": 50.0}))
     with pytest.raises(TraceError, match="cannot tell the recording format"):
         read_recording(path)
+
+
+def _run_lines() -> str:
+    """A harness's runs, one a JSON line, shaped as github.com/LottoLottoLotto/
+    4x3090-llm-benchmarks bd22281 ``data/benchmarks.jsonl`` (no licence: reproduced, not
+    copied): each run's configured ``prompt_tokens`` and ``gen_tokens`` beside its percentiles
+    and rates."""
+    runs = [
+        {
+            "run_id": f"vllm_BF16_tp4_c{c}",
+            "engine": "vllm",
+            "engine_version": "0.23.0",
+            "tp": 4,
+            "concurrency": c,
+            "prompt_tokens": 512,
+            "gen_tokens": 256,
+            "output_tok_s": 35.6 * c,
+            "req_s": 0.14 * c,
+            "ttft_p50_ms": 534.78,
+            "ttft_p99_ms": 632.89,
+            "itl_p50_ms": 25.87,
+            "tpot_p50_ms": None,
+            "e2e_p99_ms": 7253.08,
+        }
+        for c in (1, 8)
+    ]
+    return "".join(json.dumps(r) + "\n" for r in runs)
+
+
+def test_lines_of_runs_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # validate and report told them "holds per-request results, one a line, ... with no send
+    # time", trace convert to map output_tok_s (a rate) as each request's output_tokens
+    path = tmp_path / "benchmarks.jsonl"
+    path.write_text(_run_lines())
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert "holds aggregate figures, one line a run or a metric (ttft_p50_ms, ttft_p99_ms, " in said
+    assert NEEDS in said and "per-request results" not in said
+    for command in (
+        ["validate", "--records", str(path)],
+        ["report", str(path)],
+        ["trace", "convert", str(path), "--out", str(tmp_path / "t.jsonl")],
+    ):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, command
+        assert "holds aggregate figures, one line a run" in result.output, command
+        assert "output_tok_s;" not in result.output and "Traceback" not in result.output
+
+
+def test_per_request_lines_with_rates_of_their_own_are_still_records(tmp_path: Path) -> None:
+    # a request's own rates (no percentile among them) do not make it a run's aggregates
+    rows = [
+        {
+            "arrival_s": float(i),
+            "prompt_tokens": 100,
+            "output_tokens": 20,
+            "ttft_s": 0.05,
+            "e2e_s": 0.5,
+            "output_tokens_per_second": 44.4,
+            "prefill_tok_s": 2000.0,
+        }
+        for i in range(3)
+    ]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(read_recording(path).workload) == 3
+
+
+def test_a_rate_or_another_canonical_column_is_not_guessed_as_a_token_count(
+    tmp_path: Path,
+) -> None:
+    # the generic loader's guess of the column to map was output_tok_s (a rate), then, that
+    # left out, prompt_tokens (the other count) as output_tokens
+    path = tmp_path / "rates.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tok_s\n0,10,5.0\n")
+    result = CliRunner().invoke(
+        app, ["trace", "convert", str(path), "--out", str(tmp_path / "t.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert "missing column 'output_tokens'" in result.output
+    assert "(--column output_tokens=COLUMN;" in result.output
+
+
+def test_aggregates_three_objects_down_are_said_to_be_aggregates(tmp_path: Path) -> None:
+    # a dashboard's data by model, then by concurrency, shaped as github.com/thienlng/
+    # llm-bench-results-16-04 5c16239 benchmark_data.json (no licence: reproduced, not
+    # copied), told "cannot tell the recording format ...; pass a format", which none fits
+    run = {
+        "successful_requests": 500,
+        "req_throughput": 0.1,
+        "ttft_mean_ms": 2121.99,
+        "ttft_median_ms": 2227.24,
+        "ttft_p99_ms": 5237.65,
+        "tpot_mean_ms": 19.87,
+    }
+    doc = {
+        "MiniMax-M2.7": {
+            "full_name": "MiniMaxAI/MiniMax-M2.7-FP8",
+            "gpu_count": 4,
+            "ccu_levels": [1, 10],
+            "data": {"1": run, "10": run},
+        },
+    }
+    path = tmp_path / "benchmark_data.json"
+    path.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures (MiniMax-M2.7.data.1.req_throughput, "
+        "MiniMax-M2.7.data.1.ttft_mean_ms, MiniMax-M2.7.data.1.ttft_median_ms, ...)"
+    ) in said
+    assert NEEDS in said and "pass a format" not in said

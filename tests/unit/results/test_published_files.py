@@ -503,6 +503,17 @@ SGLANG_CONSOLE = ("# request rate: 2\n\n============ Serving Benchmark Result ==
      + VLLM_CONSOLE, "request rate inf, max concurrency 8, successful requests 1000"),
     (VLLM_CONSOLE, "request rate inf, max concurrency 8, successful requests 1000"),
     (SGLANG_CONSOLE, "backend sglang, request rate 2.0, successful requests 996"),
+    # a sweep's runs printed to one file (github.com/thienlng/llm-bench-results-16-04 5c16239
+    # benchmark_results/results/minimax27/benchmark_summary.txt: seven, max concurrency 10 to
+    # 150) were said as the first run alone
+    ("".join(VLLM_CONSOLE.replace("concurrency: 8", f"concurrency: {c}").replace(
+        "concurrency:             8", f"concurrency:             {c}") for c in (10, 25, 50)),
+     "3 runs, request rate inf, max concurrency 10/25/50, successful requests 1000"),
+    # past the 64 KiB read, runs are not counted: said as at least those read
+    (VLLM_CONSOLE * 2 + "progress\r" * 8000 + VLLM_CONSOLE,
+     "at least 2 runs, request rate inf, max concurrency 8, successful requests 1000"),
+    (SGLANG_CONSOLE + SGLANG_CONSOLE.replace("2.0", "4.0").replace("996", "998"),
+     "2 runs, backend sglang, request rate 2.0/4.0, successful requests 996/998"),
 ])
 def test_a_serving_benchmarks_console_output_is_named(tmp_path: Path, text: str,
                                                       said: str) -> None:

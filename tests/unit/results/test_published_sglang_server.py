@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.cli.recorded import recorded_setup
 from kvbudget.results.recordings import read_recording
+from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 
@@ -376,3 +377,35 @@ def test_sglangs_steady_state_file_is_refused_by_name(tmp_path: Path) -> None:
         "--steady-state-output-file): aggregates of the window where at least 0.8 of the " \
         "peak concurrency was in flight" in err
     assert "--output-file F --output-details" in err and "Traceback" not in result.output
+
+
+def test_sglangs_server_info_saved_alone_is_named_as_such(tmp_path: Path) -> None:
+    # SGLang's answer to GET /server_info saved on its own (reproduced, the source has no
+    # licence: github.com/mattbucci/2x-R9700-RDNA4-GFX1201-sglang-inference 28f8146
+    # benchmarks/profiling/native-decode-laguna-eager/server_info.json, SGLang 0.5.16.dev47,
+    # tp_size 2) was told it "holds aggregate figures (limit_mm_data_per_request,
+    # internal_states[0].limit_mm_data_per_request, internal_states[0].last_gen_throughput)"
+    state = {"limit_mm_data_per_request": None, "last_gen_throughput": 29.4,
+             "memory_usage": {"token_capacity": 1013362}}
+    info = {**SERVER_INFO, "model_path": "/data/models/Laguna-XS.2-FP8", "tp_size": 2,
+            "dp_size": 1, "mem_fraction_static": 0.85, "max_total_num_tokens": 1013362,
+            "limit_mm_data_per_request": None, "version": "0.5.16.dev47+g1362e52b6",
+            "internal_states": [state]}
+    path = tmp_path / "server_info.json"
+    path.write_text(json.dumps(info))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert said.startswith(f"{path}: is SGLang 0.5.16.dev47+g1362e52b6's server info (GET "
+                           "/server_info or /get_server_info: the server's settings, "
+                           "model_path /data/models/Laguna-XS.2-FP8, tp_size 2, "
+                           "max_total_num_tokens 1013362), not a recording")
+    assert "aggregate" not in said and "saves this answer as its server_info" in said
+    for command in (["validate", "--records", str(path)], ["report", str(path)],
+                    ["trace", "convert", str(path), "--out", str(tmp_path / "t.jsonl")]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, command
+        assert "server info" in result.output and "Traceback" not in result.output, command
+    # the same answer inside a bench_serving result is still read for its settings
+    rec = read_recording(sglang_run(tmp_path, mem_fraction_static=0.85), seed=0)
+    assert rec.config["tensor_parallel_size"] == 4
