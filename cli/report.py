@@ -8,7 +8,11 @@ import typer
 from kvbudget.analysis.report import build_report
 from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
-from kvbudget.results.recordings import detect_recording_format, refuse_unreadable_records
+from kvbudget.results.recordings import (
+    detect_recording_format,
+    recording_tool,
+    refuse_unreadable_records,
+)
 from kvbudget.results.run_result import REQUESTS_FILE
 from kvbudget.workloads.errors import TraceError
 
@@ -55,7 +59,8 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
     if fmt in ("records", "run"):
         return
     raise CliError(
-        f"{flag}{path}: a load tool's recording ({fmt}), not a run directory: "
+        f"{flag}{path}: a load tool's recording ({recording_tool(path, fmt)}), not a run "
+        "directory: "
         f"kvbudget validate --records {path} --out DIR compares a simulation of it "
         "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
         "DIR/sim, which report takes"

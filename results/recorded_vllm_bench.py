@@ -263,6 +263,29 @@ def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     return np.where(silent, 1.0, output), np.where(silent, np.nan, ttft)
 
 
+def _refuse_unstreamed(path: Path, output: FloatArray, itl_count: FloatArray,
+                      failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None) -> None:
+    """A run that did not stream: no completed request of several tokens has an inter-token
+    time. The client appends one per streamed chunk after the first
+    (vllm/benchmarks/lib/endpoint_request_func.py, ``output.itl.append``), and a chunk may
+    carry several tokens: vLLM merges a request's outputs while its API server lags the engine
+    (0.32.0 vllm/v1/engine/output_processor.py ``RequestOutputCollector.put``), so one such
+    request among streamed ones got its whole answer in one chunk (SGLang 0.5.9's
+    bench_serving against the CPU vLLM: 2 of 20 at 8 req/s), which build_recording finds and
+    leaves out of the TTFT and TPOT it compares (recorded_whole_answer.py)."""
+    empty = ~failed & (itl_count == 0) & (output > 1)
+    several = ~failed & (output > 1)
+    if not (empty.any() and empty.sum() == several.sum() and several.sum() > 1):
+        return
+    i = int(np.argmax(empty))
+    raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens: none of "
+                     f"the {int(several.sum())} completed requests of several tokens has one, "
+                     "a run that did not stream (SGLang's bench_serving --disable-stream: the "
+                     "whole answer in one chunk, its time saved as the TTFT); kvbudget "
+                     "compares streamed TTFT, TPOT and E2E: record a streamed run",
+                     **_where(line, "itls", i))
+
+
 def _check_times(path: Path, line: int | None, key: str, values: FloatArray) -> None:
     """Present times must be >= 0 and at most a day (NaN: not measured)."""
     with np.errstate(invalid="ignore"):
@@ -420,9 +443,39 @@ def _refuse_trace_sends(path: Path, doc: Mapping[str, Any], line: int | None) ->
                      **_where(line, "request_rate" if rate == "trace" else "dataset_name"))
 
 
+def _refuse_multi_turn(path: Path, doc: Mapping[str, Any], line: int | None) -> None:
+    """An SGLang run of conversations (``--dataset-name generated-shared-prefix --gsp-num-turns
+    N``, N > 1, on a chat backend): each conversation arrives at the run's rate and sends its
+    next turn, the history included, when the one before it is answered (0.5.9
+    sglang/bench_serving.py ``wrap_multi_turn_request_func``), one output a turn. The file
+    saves neither N nor which turns were one conversation's, and no ``total_input_tokens``:
+    ``calculate_metrics`` is given no input requests for it (``input_requests=None if
+    is_multi_turn``: 0 with every turn completed; the same in 0.5.23
+    sglang/benchmark/serving.py), while 0.5.9's ``input_lens`` give every turn its first
+    turn's prompt length. Read as independent requests at the rate, each later turn was sent
+    at a time of its own (SGLang 0.5.9 against the CPU vLLM: 10 conversations of 2 turns at 8
+    req/s read as 20 requests at 8 req/s)."""
+    total = doc.get("total_input_tokens")
+    completed = doc.get("completed")
+    lens = doc.get("input_lens")
+    if not (is_sglang(doc) and total == 0 and isinstance(completed, int) and completed > 0
+            and isinstance(lens, list) and any(isinstance(x, int | float) and x > 0
+                                               for x in lens)):
+        return
+    raise TraceError(path, "is an SGLang bench_serving run of multi-turn conversations "
+                     "(--gsp-num-turns over 1: total_input_tokens 0 beside prompts of "
+                     "tokens, as its client saves such a run): each conversation's next turn "
+                     "was sent with its history when the one before it was answered, and the "
+                     "file records neither the number of turns nor which requests were one "
+                     "conversation's, so its sends and later turns' prompts cannot be replayed "
+                     "from it; record it with one turn (--gsp-num-turns 1)",
+                     **_where(line, "total_input_tokens"))
+
+
 def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
     _refuse_trace_sends(path, doc, line)
+    _refuse_multi_turn(path, doc, line)
     refuse_pooling(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
@@ -440,19 +493,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     ttft, itl_sum, itl_mean, itl_count = _itls(path, doc, line, output, ttft, failed, notes)
     output = _streamed(output, ttft, itl_count, failed, line, notes)
     output, ttft = _silent(output, ttft, itl_count, failed, line, notes)
-    # the client appends one inter-token time per streamed chunk after the first
-    # (vllm/benchmarks/lib/endpoint_request_func.py, output.itl.append): a completed request
-    # of several tokens with none is a damaged file
-    empty = ~failed & (itl_count == 0) & (output > 1)
-    if empty.any():
-        i = int(np.argmax(empty))
-        several = ~failed & (output > 1)
-        raise TraceError(path, f"no inter-token times for {int(output[i])} output tokens" + (
-            f": none of the {int(several.sum())} completed requests of several tokens has "
-            "one, a run that did not stream (SGLang's bench_serving --disable-stream: the "
-            "whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
-            "streamed TTFT, TPOT and E2E: record a streamed run" if empty.sum() == several.sum()
-            and several.sum() > 1 else ""), **_where(line, "itls", i))
+    _refuse_unstreamed(path, output, itl_count, failed, line)
     where = "" if line is None else f"line {line}: "
     if latencies is None:
         notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "
@@ -610,7 +651,14 @@ def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: Record
     return sent - queue
 
 
-def _placed(runs: list[_Run], notes: list[str]) -> list[float]:
+APPENDED = "(--append-result)"
+"""How vLLM's client appends a run to a file: ``--append-result``."""
+SGLANG_APPENDED = "(SGLang's bench_serving appends every run to its --output-file)"
+"""SGLang's client has no such flag: it always opens ``--output-file`` with ``"a"`` (0.5.9
+sglang/bench_serving.py ``benchmark``: "Append results to a JSONL file")."""
+
+
+def _placed(runs: list[_Run], notes: list[str], appended: str = APPENDED) -> list[float]:
     """Where each run of an ``--append-result`` file starts on the recording's clock: where
     their ``start_times`` put them (one monotonic clock, the gaps between the runs included:
     the tool's start, its test prompt and warm-ups; runs of two clients at once overlap, said),
@@ -628,7 +676,7 @@ def _placed(runs: list[_Run], notes: list[str]) -> list[float]:
         gaps = [clocks[k] - clocks[k - 1] - last[k - 1] for k in range(1, len(runs))]
         over = [(k + 2, -g) for k, g in enumerate(gaps) if g < 0]  # run k + 2 after k + 1
         if over:
-            notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage "
+            notes.append(f"{len(runs)} runs appended to one file {appended}: one stage "
                          "each, placed where their start_times put them (one clock), and they "
                          "overlapped: " + "; ".join(
                              f"run {k}'s first request {o:.3g} s before run {k - 1}'s last "
@@ -642,14 +690,14 @@ def _placed(runs: list[_Run], notes: list[str]) -> list[float]:
             return [c - clocks[0] for c in clocks]
         apart = (f"{gaps[0]:.3g} s" if len(gaps) == 1 else
                  f"{min(gaps):.3g} to {max(gaps):.3g} s")
-        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
+        notes.append(f"{len(runs)} runs appended to one file {appended}: one stage each, "
                      f"placed where their start_times put them (one clock; {apart} between "
                      "one's last answer and the next one's first request)")
         return [c - clocks[0] for c in clocks]
     if len(runs) > 1:
-        notes.append(f"{len(runs)} runs appended to one file (--append-result): one stage each, "
-                     "each starting when the one before it ended (their start_times do not "
-                     "say how far apart they ran)")
+        notes.append(f"{len(runs)} runs appended to one file {appended}: one stage each, "
+                     "each starting when the one before it ended (their start_times, where the "
+                     "file has them, do not say how far apart they ran)")
     return [float(sum(last[:k])) for k in range(len(runs))]
 
 
@@ -768,10 +816,35 @@ def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
     if not (is_sglang(doc) and doc.get("dataset_name") == "generated-shared-prefix"):
         return None
     return ("dataset generated-shared-prefix: SGLang's prompts shared their group's system "
-            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which the server's "
-            "prefix cache reused; the file records neither the groups nor the lengths, so the "
+            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which a server's "
+            "prefix cache reuses; the file records neither the groups nor the lengths, so the "
             "simulated requests share no prefix and compute every prompt whole: their TTFTs "
             "are not comparable with the recorded ones")
+
+
+SGLANG_CHAT_BACKENDS = ("sglang-oai-chat", "vllm-chat", "lmdeploy-chat")
+"""SGLang's client's backends that stream ``/v1/chat/completions`` (0.5.9
+sglang/bench_serving.py ``ASYNC_REQUEST_FUNCS``: ``async_request_openai_chat_completions``)."""
+
+
+def _sglang_chat_note(doc: Mapping[str, Any]) -> str | None:
+    """What an SGLang chat run's ``input_lens`` count. Its client saves each request's
+    ``prompt_len``, its own count of the prompt's text before any chat template (0.5.9
+    sglang/bench_serving.py ``sample_random_requests``: the drawn length;
+    ``sample_generated_shared_prefix_requests``: ``len(tokenizer.encode(prompt))``), sends the
+    text as one user message, and asks for no usage in a single-turn stream (no
+    ``stream_options``; 0.5.23 sglang/benchmark/serving.py keeps a usage's ``prompt_tokens``
+    where the server sends one unasked, vLLM's does not): the server prefilled the template's
+    tokens too. SGLang 0.5.9's ``vllm-chat`` run against the CPU vLLM served with a chat
+    template: ``input_lens`` 16 to 31, the prompt texts' counts."""
+    if not (is_sglang(doc) and doc.get("backend") in SGLANG_CHAT_BACKENDS):
+        return None
+    return (f"backend {doc.get('backend')}: each prompt is simulated with its input_lens, "
+            "SGLang's client's count of the prompt's text; the server applied its chat "
+            "template to it and prefilled the template's tokens too, which the file does not "
+            "count (the client asks for no usage; 0.5.23 keeps the prompt_tokens of a server "
+            "that sends a usage unasked, which vLLM does not): the simulated prompts are "
+            "shorter than the prefilled ones by the template's tokens a request")
 
 
 def _trtllm_acceptance(doc: Mapping[str, Any]) -> Any:
@@ -833,6 +906,18 @@ def _probe_note(doc: Mapping[str, Any], line: int | None) -> str | None:
                 if doc.get("max_concurrency") is not None else ""))
 
 
+def bench_tool(path: Path) -> str:
+    """The client that wrote a result in vLLM's layout, as a recording read from it names it
+    (``Recording.tool``): SGLang's and TensorRT-LLM's copies by the fields only they write
+    (:func:`is_sglang`, :func:`is_trtllm`), else vLLM's; vLLM's for a file it cannot read."""
+    try:
+        docs = _documents(path)
+    except TraceError:
+        return TOOL
+    first = docs[0][1] if docs else {}
+    return SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
+
+
 def read_vllm_bench(path: Path, default_tier: str, seed: int,
                     max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
@@ -847,7 +932,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                                  r.stage.max_concurrency,
                                  "recorded" if math.isfinite(r.clock_s) else "redrawn")
                    for lab, r in zip(labels, runs, strict=True))
-    offsets = _placed(runs, notes)
+    offsets = _placed(runs, notes, SGLANG_APPENDED if is_sglang(docs[0][1]) else APPENDED)
     arrivals = [r.arrival + o for r, o in zip(runs, offsets, strict=True)]
     sents = [r.sent + o for r, o in zip(runs, offsets, strict=True)]
     cat = np.concatenate
@@ -884,6 +969,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                              first_prompt_note(tool), async_scheduling_note(first, tool),
                              v0_engine_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
+                             _sglang_chat_note(first),
                              sweep_server(first)[1],
                              metadata_note(first, SWEEP_READ if "run_number" in first else
                                            frozenset()), object_note(first)) if n)

@@ -117,7 +117,7 @@ from kvbudget.results.recorded_summaries import (
     summary_refusal,
 )
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_console_refusal
-from kvbudget.results.recorded_vllm_bench import read_vllm_bench
+from kvbudget.results.recorded_vllm_bench import bench_tool, read_vllm_bench
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
     LOAD_MODES,
@@ -475,6 +475,14 @@ def trace_refusal(path: Path) -> str | None:
         "not a recording: simulate it (kvbudget simulate --trace FILE), or replay it against "
         "the server with a load tool and pass the result the tool wrote (docs/recordings.md)"
     )
+
+
+def recording_tool(path: Path, fmt: str) -> str:
+    """The load tool a recording of format ``fmt`` (:func:`detect_recording_format`) came
+    from, as its reader names it: the ``vllm-bench`` layout is also SGLang's and TensorRT-LLM's
+    clients' (:func:`~kvbudget.results.recorded_vllm_bench.bench_tool`); the format's name for
+    every other."""
+    return bench_tool(path) if fmt == "vllm-bench" else fmt
 
 
 def _read_tool_file(

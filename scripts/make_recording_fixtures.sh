@@ -26,6 +26,7 @@
 #                                                      # inference-perf-sweep;
 #                                                      # evalscope, evalscope-options;
 #                                                      # genai-bench, genai-bench-options;
+#                                                      # sglang (bench_serving);
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
@@ -56,6 +57,7 @@ AIPERF_VERSION=0.13.0
 INFERENCE_PERF_VERSION=0.7.0
 EVALSCOPE_VERSION=1.14.1
 GENAI_BENCH_VERSION=0.0.5
+SGLANG_VERSION=0.5.9
 NUM=20
 WORK=$(mktemp -d)
 SERVER_PID=""
@@ -90,6 +92,38 @@ tool_venv() {
         mkdir -p "$dir"
         "$3" -m venv "$dir/venv"
         "$dir/venv/bin/python" -m pip install -q --progress-bar off "$1==$2" "${@:4}" >&2
+        touch "$dir/.installed"
+    fi
+    echo "$dir/venv/bin/python"
+}
+
+# sglang_venv: the python of SGLang's benchmark client (python -m sglang.bench_serving), its own
+# venv under $TOOLS_HOME/sglang-$SGLANG_VERSION. The sglang wheel goes in --no-deps (its
+# dependencies are the GPU server's: CUDA torch, sgl-kernel, flashinfer...), then only what
+# bench_serving imports, found by running it until it started: numpy, tqdm, pybase64, requests,
+# ipython, pydantic, aiohttp (sglang/__init__.py -> sglang/lang, sglang/utils.py), datasets,
+# pillow, transformers (bench_serving.py's own imports); no torch. Why 0.5.9 and not the latest
+# (0.5.23): from 0.5.10 on (0.5.10, 0.5.15, 0.5.20 and 0.5.23 tried), bench_serving imports
+# sglang.srt.utils, whose common.py imports torch and triton (and, in 0.5.10 to 0.5.20,
+# torchvision) at module level, and 0.5.23's
+# sglang/benchmark/serving.py:57 imports sglang.srt.disaggregation.utils, which reaches the
+# quantization layers, torchvision (srt/multimodal/internvl_utils.py) and tvm_ffi kernels
+# (kernels/ops/communication/all_reduce.py): with the CPU torch 2.13.0 of the vLLM venv and
+# PyPI's torchvision 0.28.0 it stops at "operator torchvision::nms does not exist" (PyPI's
+# torchvision is CUDA-built); only the CUDA torch 2.14.1 stack it pins (some 6 GB of nvidia-*
+# wheels) imports it. 0.5.9 is the newest release whose client starts without torch.
+sglang_venv() {
+    local dir="$TOOLS_HOME/sglang-$SGLANG_VERSION"
+    if [[ ! -x "$dir/venv/bin/python" || ! -f "$dir/.installed" ]]; then
+        echo "make_recording_fixtures: installing sglang==$SGLANG_VERSION (client only) into $dir/venv" >&2
+        rm -rf "$dir/venv"
+        mkdir -p "$dir"
+        python3 -m venv "$dir/venv"
+        "$dir/venv/bin/python" -m pip install -q --progress-bar off --no-deps \
+            "sglang==$SGLANG_VERSION" >&2
+        "$dir/venv/bin/python" -m pip install -q --progress-bar off numpy==2.4.6 tqdm==4.70.1 \
+            pybase64==1.5.1 requests==2.34.2 ipython==9.19.1 pydantic==2.14.4 aiohttp==3.14.5 \
+            datasets==5.2.0 pillow==13.0.0 transformers==5.25.0 >&2
         touch "$dir/.installed"
     fi
     echo "$dir/venv/bin/python"
@@ -1016,6 +1050,68 @@ run_genai_bench_options() {
     cp "$WORK/gb-options/two_scenarios"/*.json "$dest/"
 }
 
+run_sglang() {
+    # SGLang's python -m sglang.bench_serving against the CPU vLLM, each run one line of JSON
+    # appended to its --output-file with the per-request lists (--output-details: input_lens,
+    # output_lens, ttfts, itls, generated_texts, errors; 0.5.9 bench_serving.py benchmark()).
+    # --dataset-name random reads its text from a ShareGPT JSON (--dataset-path; without one it
+    # downloads ShareGPT from the Hugging Face hub, which this machine cannot reach): a small one
+    # written here (48 conversations: it makes one request a conversation, at most), whose
+    # prompts it repeats and cuts to the drawn lengths. Its lengths are drawn uniformly from
+    # [len * ratio, len] (compute_random_lens; the default ratio is 0.0: 1 to len), each prompt
+    # shortened by the tokens the tokenizer adds (num_special_tokens_to_add: none for the tiny
+    # model's).
+    # Kept: 20 requests at 8 req/s, then 4 in flight (both ratio 1.0: 31 prompt tokens sent
+    # and 16 output each; --warmup-requests 0); the chat endpoint (vllm-chat) at 8 req/s with
+    # lengths in [16, 32] and [8, 16] (ratio 0.5); SGLang's OpenAI backend (sglang-oai, the
+    # same /v1/completions) at 8 req/s capped at 2 with 3 warm-up requests and --flush-cache
+    # (a POST to /flush_cache, which vLLM answers 404: ignored); both appended to one file;
+    # --dataset-name generated-shared-prefix (2 groups of 5 prompts sharing a 16-token system
+    # prompt, 16-token questions, 16 output tokens) on sglang-oai-chat, one turn then 2 turns
+    # (--gsp-num-turns 2: each conversation's second question is sent with the first answer,
+    # 0.5.9 wrap_multi_turn_request_func). Each run starts with a 1 s pause after its warm-up.
+    local py dest i
+    py=$(sglang_venv)
+    dest="$OUT/sglang-$SGLANG_VERSION"
+    rm -rf "$dest" && mkdir -p "$dest"
+    "$py" -c 'import json, sys; words = sys.argv[1].split()
+json.dump([{"conversations": [{"from": "human", "value": " ".join(words[i:] + words[:i])},
+    {"from": "gpt", "value": " ".join(words[:i])}]} for i in range(48)], open(sys.argv[2], "w"))' \
+        "the gateway admits a request when its reservation fits the budget of its tier" \
+        "$WORK/sharegpt.json"
+    local common=(--base-url "$URL" --model "$MODEL_DIR" --served-model-name tiny
+                  --tokenizer "$MODEL_DIR" --seed 0 --disable-tqdm --output-details)
+    local random=(--dataset-name random --dataset-path "$WORK/sharegpt.json"
+                  --random-input-len 32 --random-output-len 16)
+    (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+        "$py" -m sglang.bench_serving "${common[@]}" "${random[@]}" --backend vllm \
+        --random-range-ratio 1.0 --num-prompts "$NUM" --request-rate 8 --warmup-requests 0 \
+        --output-file "$dest/rate8.jsonl")
+    (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+        "$py" -m sglang.bench_serving "${common[@]}" "${random[@]}" --backend vllm \
+        --random-range-ratio 1.0 --num-prompts "$NUM" --max-concurrency 4 --warmup-requests 0 \
+        --output-file "$dest/concurrency4.jsonl")
+    (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+        "$py" -m sglang.bench_serving "${common[@]}" "${random[@]}" --backend vllm-chat \
+        --random-range-ratio 0.5 --num-prompts 10 --request-rate 8 \
+        --output-file "$dest/chat_range05_rate8.jsonl")
+    for i in 1 2; do
+        (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+            "$py" -m sglang.bench_serving "${common[@]}" "${random[@]}" --backend sglang-oai \
+            --random-range-ratio 1.0 --num-prompts 10 --request-rate 8 --max-concurrency 2 \
+            --warmup-requests 3 --flush-cache --output-file "$dest/append.jsonl")
+    done
+    local gsp=(--dataset-name generated-shared-prefix --gsp-num-groups 2
+               --gsp-prompts-per-group 5 --gsp-system-prompt-len 16 --gsp-question-len 16
+               --gsp-output-len 16 --backend sglang-oai-chat --request-rate 8)
+    (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+        HOME="$WORK" "$py" -m sglang.bench_serving "${common[@]}" "${gsp[@]}" \
+        --output-file "$dest/gsp_rate8.jsonl")
+    (cd "$WORK" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore \
+        HOME="$WORK" "$py" -m sglang.bench_serving "${common[@]}" "${gsp[@]}" \
+        --gsp-num-turns 2 --output-file "$dest/gsp_turns2_rate8.jsonl")
+}
+
 # wait_spans FILE N: until the OTLP receiver has counted N spans (vLLM exports them in batches)
 wait_spans() {
     for _ in $(seq 240); do
@@ -1087,7 +1183,7 @@ TOOLS=("$@")
                                     inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
                                     evalscope evalscope-options genai-bench
-                                    genai-bench-options vllm-otel)
+                                    genai-bench-options sglang vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -1127,6 +1223,7 @@ for tool in "${TOOLS[@]}"; do
     genai-bench) run_genai_bench ;;
     evalscope-options) run_evalscope_options ;;
     genai-bench-options) run_genai_bench_options ;;
+    sglang) run_sglang ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

@@ -198,9 +198,16 @@ def test_a_cost_file_fitted_on_another_gpu_names_the_flags_of_its_own(tmp_path: 
     assert code == 0, stderr
 
 
-@pytest.mark.parametrize("args", [[RATE8], ["RUN", "--measured", RATE8]])
+SGLANG_RATE8 = RECORDINGS / "sglang-0.5.9" / "rate8.jsonl"
+
+
+@pytest.mark.parametrize(("args", "tool"), [
+    ([RATE8], "vllm bench serve"), (["RUN", "--measured", RATE8], "vllm bench serve"),
+    # SGLang's bench_serving writes vLLM's layout: report named its file "(vllm-bench)", the
+    # format's name, where validate --records says "(sglang.bench_serving)"
+    ([SGLANG_RATE8], "sglang.bench_serving")])
 def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
-        tmp_path: Path, args: list[object]) -> None:
+        tmp_path: Path, args: list[object], tool: str) -> None:
     """``kvbudget report bench.json`` said "not a run directory (a file, not a directory)"."""
     run_dir = tmp_path / "run"
     code, _, stderr = run("simulate", "--set", "workload.duration_s=5", "--out", run_dir)
@@ -210,9 +217,10 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
     assert code == 2
     said = flat(stderr)
     where = "--measured: " if "--measured" in args else ""
-    assert said.startswith(f"error: {where}{RATE8}: a load tool's recording (vllm-bench), not "
+    file = args[-1]
+    assert said.startswith(f"error: {where}{file}: a load tool's recording ({tool}), not "
                            "a run directory"), stderr
-    assert f"kvbudget validate --records {RATE8} --out DIR" in said
+    assert f"kvbudget validate --records {file} --out DIR" in said
     assert not (tmp_path / "report").exists()
 
 

@@ -939,11 +939,14 @@ def test_a_run_that_did_not_stream_is_named_so(tmp_path: Path) -> None:
         "tokens has one, a run that did not stream (SGLang's bench_serving --disable-stream: "
         "the whole answer in one chunk, its time saved as the TTFT); kvbudget compares "
         "streamed TTFT, TPOT and E2E: record a streamed run")
-    # one request without, among streamed ones, is a damaged file, as before
+    # one request without, among streamed ones, got its whole answer in one chunk (SGLang
+    # 0.5.9's real runs against the CPU vLLM have such rows: test_sglang_bench_serving.py),
+    # which was refused as a damaged file: it is read, its TTFT and TPOT not compared
     path.write_text(json.dumps(sglang_details(itls=[[0.01] * 3, [], [0.01] * 3])) + "\n")
-    with pytest.raises(TraceError) as info:
-        read_recording(path)
-    assert str(info.value).endswith("field 'itls': no inter-token times for 4 output tokens")
+    rec = read_recording(path)
+    assert len(rec.measured) == 3
+    assert any(n.startswith("1 of 3 completed requests got the tokens after their first")
+               for n in rec.notes)
 
 
 def guidellm_0_1_report(mode: str = "sweep") -> dict[str, Any]:

@@ -635,7 +635,7 @@ def test_the_documented_load_tool_commands_are_the_ones_the_fixture_script_ran()
     blocks = re.findall(r"```\n(.*?)```", section, flags=re.S)
     tools = {"vllm": "run_vllm()", "guidellm": "run_guidellm()", "aiperf": "run_aiperf()",
              "load:": "run_inference_perf()", "evalscope": "run_evalscope()",
-             "genai-bench": "run_genai_bench()"}
+             "genai-bench": "run_genai_bench()", "python": "run_sglang()"}
     seen = set()
     for block in blocks:
         tool = block.split()[0]
