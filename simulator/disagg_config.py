@@ -207,6 +207,11 @@ def _pool(where: str, table: Mapping[str, Any] | None, engine: Mapping[str, Any]
         if key not in known:
             raise ValueError(f"disaggregation.{where}.engine.{key}: unknown engine knob; known: "
                              f"{', '.join(sorted(known))}")
+    if where == "decode" and table["engine"].get("enable_prefix_caching"):
+        # (a library PoolConfig's engine is the whole table, the run's value in it: not told)
+        raise ValueError("disaggregation.decode.engine.enable_prefix_caching: not modelled: a "
+                         "decode replica runs without prefix caching (its prompt's KV comes "
+                         "over the link); leave it out or set it false")
     try:
         knobs = EngineConfig(**{**engine, **table["engine"]})
     except (TypeError, ValueError) as exc:  # a message naming engine.KNOB: the pool's KNOB

@@ -50,6 +50,10 @@ BOTH = ["--set", "disaggregation.prefill.num_replicas=1",
     ([*BOTH, "--set", "disaggregation.decode.engine.kv_offloading_size=64"],
      "error: disaggregation.decode.engine.kv_offloading_size: not modelled with disaggregated "
      "serving yet"),
+    # a decode pool's own prefix caching, which the model turns off (was dropped, exit 0)
+    ([*BOTH, "--set", "disaggregation.decode.engine.enable_prefix_caching=true"],
+     "error: disaggregation.decode.engine.enable_prefix_caching: not modelled: a decode replica "
+     "runs without prefix caching"),
 ])
 def test_bad_disaggregation_on_the_command_line_is_one_line(args: list[str], line: str) -> None:
     res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=2", *args])
@@ -70,3 +74,16 @@ def test_a_disaggregated_runs_knobs_are_its_pools() -> None:
     assert set(knobs) == {"prefill", "decode"}
     assert knobs["decode"]["max_num_seqs"] == 32
     assert knobs["prefill"]["max_num_seqs"] == 64  # the pool gives none: the run's
+
+
+def test_the_scenarios_prefix_caching_is_the_prefill_pools() -> None:
+    """[engine] enable_prefix_caching = true is the prefill pool's (the decode pool runs
+    without, and is not refused for it); the decode pool's own false is taken as it is."""
+    res = runner.invoke(app, [
+        "simulate", "--set", "workload.duration_s=2", *BOTH,
+        "--set", "engine.enable_prefix_caching=true",
+        "--set", "disaggregation.decode.engine.enable_prefix_caching=false", "--json"])
+    assert res.exit_code == 0, res.output
+    knobs = json.loads(res.stdout)["engine_knobs"]
+    assert knobs["prefill"]["enable_prefix_caching"] is True
+    assert knobs["decode"]["enable_prefix_caching"] is False
