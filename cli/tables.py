@@ -295,6 +295,34 @@ def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "autoscaled fleet: " + "; ".join(parts) if parts else ""
 
 
+def _disagg_line(summaries: Sequence[dict[str, Any]]) -> str:
+    """Each disaggregated run's KV transfers (count, link, mean time) and its pools' KV use
+    (docs/disaggregation.md), or ``""`` when no run was disaggregated: the KV table's figures
+    are the decode pool's, the gateway's budget."""
+    parts = []
+    for s in summaries:
+        d = (s.get("engine") or {}).get("disaggregation")
+        if d:
+            pools = []
+            for name in ("prefill", "decode"):
+                frac = d[name].get("kv_used_mean_fraction")
+                pools.append(f"{name} pool {_g3(frac)} of {d[name]['kv_capacity_tokens']:,} "
+                             "tokens")
+            mean_s = d["transfer_s_mean"]
+            parts.append(
+                f"{s.get('policy', '')}: {d['num_transfers']:,} KV transfers over {d['link']} "
+                f"({d['link_bandwidth_bytes_s'] / 1e9:.3g} GB/s a GPU + "
+                f"{d['link_latency_s'] * 1e3:.3g} ms each, {d['kv_bytes_per_token_per_gpu']:,} "
+                "bytes a token a GPU), "
+                + ("none" if mean_s is None else f"{mean_s * 1e3:.3g} ms")
+                + " mean; KV used (mean) " + ", ".join(pools) + " (the table's)")
+    return "disaggregated: " + "; ".join(parts) if parts else ""
+
+
+def _g3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 def units_note(wide: bool, window: Any) -> str:
     """The note under the runs' tables (without its closing parenthesis): units, the requests
     each figure is over, the spans of the rates; ``wide`` explains the --wide columns."""
@@ -353,9 +381,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     offload = _offload_line(summaries)
     if offload:
         lines.append(textwrap.fill(offload, WIDTH, subsequent_indent="  "))
-    scale = _autoscale_line(summaries)
-    if scale:
-        lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
+    for extra in (_autoscale_line(summaries), _disagg_line(summaries)):
+        if extra:
+            lines.append(textwrap.fill(extra, WIDTH, subsequent_indent="  "))
     note = units_note(wide, window)
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
     # the targets of the tiers the runs offered requests in (not a tier the workload never used)

@@ -5,7 +5,9 @@ exit 2 and one line naming the field."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -87,3 +89,28 @@ def test_the_scenarios_prefix_caching_is_the_prefill_pools() -> None:
     knobs = json.loads(res.stdout)["engine_knobs"]
     assert knobs["prefill"]["enable_prefix_caching"] is True
     assert knobs["decode"]["enable_prefix_caching"] is False
+
+
+def test_the_screen_says_the_transfers_and_each_pools_kv(tmp_path: Path) -> None:
+    """simulate's screen of a disaggregated run said nothing of its transfers or of the
+    prefill pool (only summary.json had them): a 'disaggregated:' line says both, each figure
+    recomputed here from the run's own files (the transfers from the records, the pools' KV
+    from summary.json, whose decode pool's is the KV table's)."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=5", *BOTH,
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    screen = " ".join(res.stdout.split())
+    rec = pd.read_parquet(out / "requests.parquet")
+    moved = rec["transfer_end_s"].notna()
+    mean_ms = 1e3 * (rec["transfer_end_s"] - rec["transfer_start_s"])[moved].mean()
+    pools = json.loads((out / "summary.json").read_text())["engine"]["disaggregation"]
+    assert (f"disaggregated: conservative: {int(moved.sum()):,} KV transfers over "
+            "infiniband-ndr (50 GB/s a GPU + 0.401 ms each, 131,072 bytes a token a GPU), "
+            f"{mean_ms:.3g} ms mean; KV used (mean) prefill pool "
+            f"{pools['prefill']['kv_used_mean_fraction']:.3g} of 438,192 tokens, decode pool "
+            f"{pools['decode']['kv_used_mean_fraction']:.3g} of 438,192 tokens (the table's)"
+            ) in screen
+    kv_row = next(ln for ln in res.stdout.splitlines() if ln.startswith("conservative  ")
+                  and "438,192" in ln)
+    assert f"{pools['decode']['kv_used_mean_fraction']:.3g}" in kv_row.split()
