@@ -244,7 +244,8 @@ def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
             reasons = (s.get("overall") or {}).get("rejections_by_reason") or {}
             knobs = ", ".join(f"{k}={v} (refused {int(reasons.get(f'engine_{k}', 0)):,})"
                               for k, v in caps.items())
-            parts.append(f"{s.get('policy', '')}: {engine.get('engine', '')} {knobs}")
+            pool = " prefill pool" if engine.get("disaggregation") else ""
+            parts.append(f"{s.get('policy', '')}: {engine.get('engine', '')}{pool} {knobs}")
     return "engine queue caps: " + "; ".join(parts) if parts else ""
 
 

@@ -413,8 +413,10 @@ class DisaggFleet(ReplicaTotals):
                 "num_steps": sum(e.num_steps for e in engines),
                 "num_preemptions": sum(e.num_preemptions_total for e in engines),
             }
+        caps = self.prefill[0].stats().get("queue_caps")  # (the decode pool has none)
         return {
             "engine": self.config.engine.name,
+            **({"queue_caps": caps} if caps else {}),
             "disaggregation": {
                 **pools,
                 "link": self.disagg.link.name,

@@ -56,6 +56,15 @@ BOTH = ["--set", "disaggregation.prefill.num_replicas=1",
     ([*BOTH, "--set", "disaggregation.decode.engine.enable_prefix_caching=true"],
      "error: disaggregation.decode.engine.enable_prefix_caching: not modelled: a decode replica "
      "runs without prefix caching"),
+    # a decode pool's queue cap, never applied (was dropped, exit 0), and the scenario's
+    # [engine] cap, which the decode pool took too
+    ([*BOTH, "--set", "disaggregation.decode.engine.max_num_queued_reqs=5"],
+     "error: disaggregation.decode.engine.max_num_queued_reqs: not modelled: a decode replica "
+     "takes its requests from the prefill pool's hand-off"),
+    ([*BOTH, "--set", "engine.max_num_queued_tokens=5000"],
+     "error: engine.max_num_queued_tokens: with [disaggregation] it is each pool's server's own "
+     "cap and a decode replica's is not modelled: give it to the prefill pool "
+     "(disaggregation.prefill.engine.max_num_queued_tokens)"),
 ])
 def test_bad_disaggregation_on_the_command_line_is_one_line(args: list[str], line: str) -> None:
     res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=2", *args])
@@ -114,3 +123,23 @@ def test_the_screen_says_the_transfers_and_each_pools_kv(tmp_path: Path) -> None
     kv_row = next(ln for ln in res.stdout.splitlines() if ln.startswith("conservative  ")
                   and "438,192" in ln)
     assert f"{pools['decode']['kv_used_mean_fraction']:.3g}" in kv_row.split()
+
+
+def test_the_prefill_pools_queue_cap_is_said_with_what_it_refused(tmp_path: Path) -> None:
+    """A prefill pool's queue cap refused requests that the screen counted only as a bare
+    reason ('refused: unlimited: 125 engine_max_num_queued_reqs'), with no cap said and no
+    'engine queue caps:' line; the line now says the cap, the pool and what it refused, as
+    the records count it."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=10",
+                              "--set", "workload.arrival.rate_rps=20", "--policy", "unlimited",
+                              *BOTH, "--set", "disaggregation.prefill.engine.max_num_queued_reqs=5",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = pd.read_parquet(out / "requests.parquet")
+    refused = int((rec["reason"] == "engine_max_num_queued_reqs").sum())
+    assert refused > 0
+    screen = " ".join(res.stdout.split())
+    assert (f"engine queue caps: unlimited: vllm prefill pool max_num_queued_reqs=5 (refused "
+            f"{refused:,})") in screen
+    assert "refused: unlimited" not in screen  # counted once, on the caps' line
