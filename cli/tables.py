@@ -297,27 +297,32 @@ def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
 
 
 def _disagg_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """Each disaggregated run's KV transfers (count, link, mean time) and its pools' KV use
-    (docs/disaggregation.md), or ``""`` when no run was disaggregated: the KV table's figures
-    are the decode pool's, the gateway's budget."""
+    """Each disaggregated run's KV transfers (count, mean time) over its link and its pools'
+    KV use (docs/disaggregation.md), or ``""`` when no run was disaggregated: the KV table's
+    figures are the decode pool's, the gateway's budget. A link the runs share is said once."""
+    runs = [(s, d) for s in summaries if (d := (s.get("engine") or {}).get("disaggregation"))]
+    links = {_link(d) for _, d in runs}
     parts = []
-    for s in summaries:
-        d = (s.get("engine") or {}).get("disaggregation")
-        if d:
-            pools = []
-            for name in ("prefill", "decode"):
-                frac = d[name].get("kv_used_mean_fraction")
-                pools.append(f"{name} pool {_g3(frac)} of {d[name]['kv_capacity_tokens']:,} "
-                             "tokens")
-            mean_s = d["transfer_s_mean"]
-            parts.append(
-                f"{s.get('policy', '')}: {d['num_transfers']:,} KV transfers over {d['link']} "
-                f"({d['link_bandwidth_bytes_s'] / 1e9:.3g} GB/s a GPU + "
-                f"{d['link_latency_s'] * 1e3:.3g} ms each, {d['kv_bytes_per_token_per_gpu']:,} "
-                "bytes a token a GPU), "
-                + ("none" if mean_s is None else f"{mean_s * 1e3:.3g} ms")
-                + " mean; KV used (mean) " + ", ".join(pools) + " (the table's)")
-    return "disaggregated: " + "; ".join(parts) if parts else ""
+    for s, d in runs:
+        pools = ", ".join(
+            f"{name} pool {_g3(d[name].get('kv_used_mean_fraction'))} of "
+            f"{d[name]['kv_capacity_tokens']:,} tokens" for name in ("prefill", "decode"))
+        mean_s = d["transfer_s_mean"]
+        parts.append(
+            f"{s.get('policy', '')}: {d['num_transfers']:,} KV transfers"
+            + ("" if len(links) == 1 else f" over {_link(d)}") + ", "
+            + ("none" if mean_s is None else f"{mean_s * 1e3:.3g} ms") + " mean; KV used (mean) "
+            + pools + " (the table's)")
+    if not parts:
+        return ""
+    return ("disaggregated" + (f", over {links.pop()}" if len(links) == 1 else "") + ": "
+            + "; ".join(parts))
+
+
+def _link(d: Mapping[str, Any]) -> str:
+    return (f"{d['link']} ({d['link_bandwidth_bytes_s'] / 1e9:.3g} GB/s a GPU + "
+            f"{d['link_latency_s'] * 1e3:.3g} ms a transfer, {d['kv_bytes_per_token_per_gpu']:,} "
+            "bytes a token a GPU)")
 
 
 def _g3(x: float | None) -> str:

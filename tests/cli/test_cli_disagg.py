@@ -114,8 +114,8 @@ def test_the_screen_says_the_transfers_and_each_pools_kv(tmp_path: Path) -> None
     moved = rec["transfer_end_s"].notna()
     mean_ms = 1e3 * (rec["transfer_end_s"] - rec["transfer_start_s"])[moved].mean()
     pools = json.loads((out / "summary.json").read_text())["engine"]["disaggregation"]
-    assert (f"disaggregated: conservative: {int(moved.sum()):,} KV transfers over "
-            "infiniband-ndr (50 GB/s a GPU + 0.401 ms each, 131,072 bytes a token a GPU), "
+    assert ("disaggregated, over infiniband-ndr (50 GB/s a GPU + 0.401 ms a transfer, 131,072 "
+            f"bytes a token a GPU): conservative: {int(moved.sum()):,} KV transfers, "
             f"{mean_ms:.3g} ms mean; KV used (mean) prefill pool "
             f"{pools['prefill']['kv_used_mean_fraction']:.3g} of 438,192 tokens, decode pool "
             f"{pools['decode']['kv_used_mean_fraction']:.3g} of 438,192 tokens (the table's)"
