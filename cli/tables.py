@@ -272,11 +272,19 @@ def _offload_line(summaries: Sequence[dict[str, Any]]) -> str:
             assumed = off["assumed"]
             parts.append(
                 f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB "
-                f"({off['cpu_blocks']} blocks), {off['num_loads']} loads of "
-                f"{off['cpu_hit_tokens']} tokens ({off['load_bytes_per_gpu'] / 1e9:.3g} GB a GPU "
-                f"in {off['load_time_s']:.3g} s), {off['stored_bytes_per_gpu'] / 1e9:.3g} GB a "
+                f"({off['cpu_blocks']:,} blocks), {off['num_loads']:,} "
+                f"load{'' if off['num_loads'] == 1 else 's'} of {off['cpu_hit_tokens']:,} "
+                f"tokens ({_gb(off['load_bytes_per_gpu'])} GB a GPU "
+                f"in {off['load_time_s']:.3g} s), {_gb(off['stored_bytes_per_gpu'])} GB a "
                 "GPU stored")
     return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
+
+
+def _gb(num_bytes: float) -> str:
+    """Bytes in GB, three figures below 1,000 GB and grouped whole ones from there (not
+    '2.95e+03')."""
+    gb = num_bytes / 1e9
+    return f"{gb:.3g}" if gb < 1000 else f"{gb:,.0f}"
 
 
 def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:

@@ -3,6 +3,7 @@ the file and the field (exit 2); a good one prints the tier's line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,5 +46,13 @@ def test_a_run_with_the_tier_prints_what_it_did(shared: Path) -> None:
                               "--policy", "unlimited", "--set", "engine.kv_offloading_size=64"])
     assert res.exit_code == 0, res.stderr
     out = " ".join(res.stdout.split())
-    assert "CPU KV offload: unlimited: 64 GiB (32768 blocks)" in out
+    # 64 GiB of 16-token blocks at 128 KiB a token (Llama-3.1-8B): 2**36 / 2**21 = 32,768
+    # blocks; the loads' tokens at 131,072 bytes a token: 1,458,688 x 131,072 = 191 GB (the
+    # figures grouped as every other count on the screen, which they were not)
+    assert ("CPU KV offload: unlimited: 64 GiB (32,768 blocks), 144 loads of 1,458,688 tokens "
+            "(191 GB a GPU") in out
+    # the 3 TB stored, grouped too (was '3.14e+03 GB a GPU stored')
+    start = out.index("CPU KV offload:")
+    line = out[start:out.index("(assumed:", start)]
+    assert re.search(r"s\), 3,1\d\d GB a GPU stored", line) and "e+" not in line, line
     assert "assumed: loads at 0.7 of the GPU's host link" in out
