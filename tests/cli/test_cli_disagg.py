@@ -118,7 +118,8 @@ def test_the_screen_says_the_transfers_and_each_pools_kv(tmp_path: Path) -> None
             f"bytes a token a GPU): conservative: {int(moved.sum()):,} KV transfers, "
             f"{mean_ms:.3g} ms mean; KV used (mean) prefill pool "
             f"{pools['prefill']['kv_used_mean_fraction']:.3g} of 438,192 tokens, decode pool "
-            f"{pools['decode']['kv_used_mean_fraction']:.3g} of 438,192 tokens (the table's)"
+            f"{pools['decode']['kv_used_mean_fraction']:.3g} of 438,192 tokens (the decode pool's "
+            "is the KV table's)"
             ) in screen
     kv_row = next(ln for ln in res.stdout.splitlines() if ln.startswith("conservative  ")
                   and "438,192" in ln)
