@@ -144,3 +144,27 @@ def test_the_prefill_pools_queue_cap_is_said_with_what_it_refused(tmp_path: Path
     assert (f"engine queue caps: unlimited: vllm prefill pool max_num_queued_reqs=5 (refused "
             f"{refused:,})") in screen
     assert "refused: unlimited" not in screen  # counted once, on the caps' line
+
+
+@pytest.mark.parametrize(("sets", "where"), [
+    (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
+      'disaggregation.decode.gpu="H200"'],
+     "on disaggregated pools (prefill: 1 replica of H100-SXM (assumed: the default scenario's "
+     "H100-80GB); decode: 2 replicas of H200); workload"),
+    (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (assumed: the default scenario's "
+     "H100-80GB); workload"),
+    (["fleet.autoscale.max_replicas=3", 'fleet.gpus=["H100-80GB","H200","H200"]'],
+     "on 1 to 3 replicas (autoscaled) (1 of H100-80GB; 2 of H200); workload"),
+])
+def test_a_studys_setting_names_the_deployment_its_per_gpu_figure_is_over(
+        tmp_path: Path, sets: list[str], where: str) -> None:
+    """capacity of a fleet or a disaggregated deployment printed 'model Llama-3.1-8B
+    (assumed: ...); workload ...', naming no GPU and no deployment, beside a 'per GPU' column
+    over GPUs it did not name (3 here: 1 + 2); it now names them as simulate's line does."""
+    args = [a for kv in sets for a in ("--set", kv)]
+    res = runner.invoke(app, ["capacity", "--set", "workload.duration_s=10", *args,
+                              "--policies", "conservative", "-r", "1",
+                              "--out", str(tmp_path / "cap")])
+    assert res.exit_code == 0, res.output
+    screen = " ".join((res.stderr + res.stdout).split())
+    assert ("model Llama-3.1-8B (assumed: the default scenario's) " + where) in screen, screen
