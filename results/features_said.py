@@ -106,14 +106,22 @@ def disagg_line(summaries: Sequence[dict[str, Any]]) -> str:
         ) + " (the decode pool's is the KV table's)" if all(
             "kv_capacity_tokens" in d[name] for name in ("prefill", "decode")) else ""
         mean_s = d["transfer_s_mean"]
+        first = FIRST_TOKEN_SAID.get(d.get("first_token", ""), "")
         parts.append(
-            f"{s.get('policy', '')}: {d['num_transfers']:,} KV transfers"
+            f"{s.get('policy', '')}: {first}{d['num_transfers']:,} KV transfers"
             + ("" if len(links) == 1 else f" over {_link(d)}") + ", "
             + ("none" if mean_s is None else f"{mean_s * 1e3:.3g} ms") + " mean" + pools)
     if not parts:
         return ""
     return ("disaggregated" + (f", over {links.pop()}" if len(links) == 1 else "") + ": "
             + "; ".join(parts))
+
+
+FIRST_TOKEN_SAID = {
+    "decode": "first tokens from the decode replicas (vLLM's P/D: TTFT counts the transfer), ",
+    "prefill": "first tokens from the prefill replicas (DistServe's), ",
+}
+"""``disaggregation.first_token`` as the line says it (docs/disaggregation.md)."""
 
 
 def _link(d: Mapping[str, Any]) -> str:

@@ -419,6 +419,7 @@ class DisaggFleet(ReplicaTotals):
             **({"queue_caps": caps} if caps else {}),
             "disaggregation": {
                 **pools,
+                "first_token": self.disagg.first_token,  # which pool's token is the client's
                 "link": self.disagg.link.name,
                 "link_bandwidth_bytes_s": self._bandwidth,
                 "link_latency_s": self.disagg.link.transfer_latency_s,

@@ -115,7 +115,8 @@ def test_the_screen_says_the_transfers_and_each_pools_kv(tmp_path: Path) -> None
     mean_ms = 1e3 * (rec["transfer_end_s"] - rec["transfer_start_s"])[moved].mean()
     pools = json.loads((out / "summary.json").read_text())["engine"]["disaggregation"]
     assert ("disaggregated, over infiniband-ndr (50 GB/s a GPU + 0.401 ms a transfer, 131,072 "
-            f"bytes a token a GPU): conservative: {int(moved.sum()):,} KV transfers, "
+            "bytes a token a GPU): conservative: first tokens from the decode replicas (vLLM's "
+            f"P/D: TTFT counts the transfer), {int(moved.sum()):,} KV transfers, "
             f"{mean_ms:.3g} ms mean; KV used (mean) prefill pool "
             f"{pools['prefill']['kv_used_mean_fraction']:.3g} of 438,192 tokens, decode pool "
             f"{pools['decode']['kv_used_mean_fraction']:.3g} of 438,192 tokens (the decode pool's "
@@ -168,3 +169,16 @@ def test_a_studys_setting_names_the_deployment_its_per_gpu_figure_is_over(
     assert res.exit_code == 0, res.output
     screen = " ".join((res.stderr + res.stdout).split())
     assert ("model Llama-3.1-8B (assumed: the default scenario's) " + where) in screen, screen
+
+
+def test_the_first_tokens_pool_is_said() -> None:
+    """Whose token is the client's first (disaggregation.first_token: TTFT counts the transfer
+    or not) was in neither the summary nor the screen; both say it now."""
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=2", *BOTH,
+                              "--set", 'disaggregation.first_token="prefill"', "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["engine"]["disaggregation"]["first_token"] == "prefill"
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=2", *BOTH,
+                              "--set", 'disaggregation.first_token="prefill"'])
+    assert "conservative: first tokens from the prefill replicas (DistServe's), " in " ".join(
+        res.stdout.split())
