@@ -182,3 +182,29 @@ def test_the_first_tokens_pool_is_said() -> None:
                               "--set", 'disaggregation.first_token="prefill"'])
     assert "conservative: first tokens from the prefill replicas (DistServe's), " in " ".join(
         res.stdout.split())
+
+
+def test_a_sweep_over_one_pools_replicas(tmp_path: Path) -> None:
+    """sweep --grid disaggregation.decode.num_replicas=1,2 with the prefill pool --set: the
+    base scenario was refused as having no decode pool, and a --set of it as unused, so the
+    decode pool alone could not be swept; it runs now, each point with its decode pool (the
+    runs' decode replicas, from the records' column, are the axis's values), and two pools'
+    axes are told apart in the table's header (both read 'num_replicas')."""
+    res = runner.invoke(app, ["sweep", "--set", "workload.duration_s=5",
+                              "--set", "disaggregation.prefill.num_replicas=1",
+                              "--grid", "disaggregation.decode.num_replicas=1,2",
+                              "--policies", "conservative", "-r", "1",
+                              "--out", str(tmp_path / "sw"), "--no-plot"])
+    assert res.exit_code == 0, res.output
+    table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+    # each run's KV capacity is its decode pool's: 438,192 tokens a replica (an H100's)
+    assert sorted(zip(table["disaggregation.decode.num_replicas"], table["kv_capacity_tokens"],
+                      strict=True)) == [(1, 438_192), (2, 876_384)]
+    res = runner.invoke(app, ["sweep", "--set", "workload.duration_s=5",
+                              "--grid", "disaggregation.decode.num_replicas=1,2",
+                              "--grid", "disaggregation.prefill.num_replicas=1,2",
+                              "--policies", "conservative", "-r", "1",
+                              "--out", str(tmp_path / "sw2"), "--no-plot"])
+    assert res.exit_code == 0, res.output
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("policy"))
+    assert header.split()[1:3] == ["decode.num_replicas", "prefill.num_replicas"], header
