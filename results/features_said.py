@@ -50,20 +50,33 @@ def speculative_line(summaries: Sequence[dict[str, Any]]) -> str:
 
 
 def offload_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """The CPU KV offload tier each run had (``engine.kv_offloading``): its size, its hits
+    """The CPU KV offload tier each run had (``engine.kv_offloading``; a fleet's replicas'
+    each, ``engine.fleet.replicas[i].kv_offloading``, summed over them): its size, its hits
     and the bytes moved, and what was assumed; ``""`` when no run had one."""
     parts, assumed = [], ""
     for s in summaries:
-        off = (s.get("engine") or {}).get("kv_offloading")
-        if off:
-            assumed = off["assumed"]
-            parts.append(
-                f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB "
-                f"({off['cpu_blocks']:,} blocks), {off['num_loads']:,} "
-                f"load{'' if off['num_loads'] == 1 else 's'} of {off['cpu_hit_tokens']:,} "
-                f"tokens ({_gb(off['load_bytes_per_gpu'])} GB a GPU "
-                f"in {off['load_time_s']:.3g} s), {_gb(off['stored_bytes_per_gpu'])} GB a "
-                "GPU stored")
+        engine = s.get("engine") or {}
+        own = engine.get("kv_offloading")
+        tiers = [own] if own else [
+            r["kv_offloading"] for r in (engine.get("fleet") or {}).get("replicas", ())
+            if r.get("kv_offloading")]
+        if not tiers:
+            continue
+        off = tiers[0]
+        assumed = off["assumed"]
+        loads, tokens, moved, seconds, stored = (
+            sum(t[k] for t in tiers) for k in ("num_loads", "cpu_hit_tokens",
+                                               "load_bytes_per_gpu", "load_time_s",
+                                               "stored_bytes_per_gpu"))
+        fleet = not own
+        gpu = "" if fleet else " a GPU"
+        parts.append(
+            f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB"
+            + (" a replica" if fleet else "") + f" ({off['cpu_blocks']:,} blocks)"
+            + (f" on {len(tiers):,} replicas, together " if fleet else ", ")
+            + f"{loads:,} load{'' if loads == 1 else 's'} of {tokens:,} tokens "
+            f"({_gb(moved)} GB{gpu} in {seconds:.3g} s), {_gb(stored)} GB{gpu} stored"
+            + (" (GB: each replica's a GPU, added)" if fleet else ""))
     return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
 
 
