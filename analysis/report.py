@@ -25,6 +25,7 @@ import numpy as np
 from kvbudget.analysis import plots
 from kvbudget.analysis import tables as analysis
 from kvbudget.perf.hardware import gpu_label
+from kvbudget.results.features_said import feature_lines
 from kvbudget.results.recording import read_replay_meta
 from kvbudget.results.run_result import RunResult, read_run
 from kvbudget.workloads.errors import TraceError
@@ -200,6 +201,18 @@ def _assumed_list(runs: Mapping[str, RunResult]) -> str:
     items = "".join(f"<li>{html.escape(line)} <span class=\"note\">({html.escape(', '.join(labels))})"
                     "</span></li>" for line, labels in said.items())
     return f"<p>What the inputs did not say and the runs assumed:</p><ul>{items}</ul>"
+
+
+def _features(runs: Mapping[str, RunResult]) -> str:
+    """What each run's engine features assumed and did (queue caps, speculative decoding, a
+    CPU KV offload tier, an autoscaled fleet, a disaggregated deployment), the lines ``kvbudget
+    simulate`` prints, each run by its label; ``""`` when no run had any."""
+    lines = feature_lines([{**run.summary, "policy": label} for label, run in runs.items()])
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return ("<h2>Engine features</h2>\n<p>What the runs' engine features assumed and did, as "
+            f"<code>kvbudget simulate</code> says it:</p><ul>{items}</ul>")
 
 
 def _params(params: Any) -> str:
@@ -462,6 +475,7 @@ def build_report(
         _itl_table(runs),
         "<h2>KV cache</h2>",
         _kv_table(runs),
+        _features(runs),
         compare_html,
         "<h2>Figures</h2>",
         *fig_html,

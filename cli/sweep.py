@@ -1,9 +1,11 @@
 """``kvbudget sweep``, ``tune`` and ``capacity``: many simulations on local cores or on Ray."""
 
+import json
 import math
 import textwrap
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -147,12 +149,17 @@ def sweep_cmd(
     """
     with user_errors():
         check_out_dir(out)
-        scn = setup.build(with_rate_scale=False)
         scales = setup.trace_args.rate_scales()
         rate_scale = None if scales is None else ",".join(f"{v:g}" for v in scales)
         axes = _sweep_axes(policies, grid, rate_scale)
         refuse_searched(setup, "sweep", {a.key: f"--grid {a.key}" for a in axes
                                          if a.key not in ("policy", "rate_scale")})
+        # a grid over a disaggregated pool's field gives every run that pool: the scenario is
+        # built with the axis's first value (without it a pool the grid alone gives was
+        # refused as missing, and a --set of it as unused)
+        pools = tuple(json_set(a.key, a.values[0]) for a in axes
+                      if a.key.startswith("disaggregation."))
+        scn = replace(setup, overrides=(*setup.overrides, *pools)).build(with_rate_scale=False)
         plan = SweepPlan(scn, tuple(axes), replications, seed)  # once where each is the same
         table = _sweep_with_bar(plan, _executor(executor, jobs, address), out, resume=resume,
                                 defaults=defaults_said(setup, varies=[a.key for a in axes]))
@@ -168,6 +175,29 @@ def sweep_cmd(
             written += _sweep_plots(table, points, out, axis_cols=axis_cols, metrics=metrics,
                                     rate_scale=rate_scale)
     typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _short_axes(axis_cols: Sequence[str]) -> list[str]:
+    """The axes' short names: each key's last part, or as many parts as tell it apart from
+    another axis's (two pools' ``num_replicas`` read ``prefill.num_replicas`` and
+    ``decode.num_replicas``, not twice ``num_replicas``)."""
+    short = []
+    for c in axis_cols:
+        if c == "rate_scale":
+            short.append("rate x")
+            continue
+        parts = c.split(".")
+        n = 1
+        while n < len(parts) and any(o != c and o.split(".")[-n:] == parts[-n:]
+                                     for o in axis_cols):
+            n += 1
+        short.append(".".join(parts[-n:]))
+    return short
+
+
+def json_set(key: str, value: Any) -> str:
+    """``KEY=VALUE`` for ``--set``, the value as TOML reads it back (a string quoted)."""
+    return f"{key}={json.dumps(value)}"
 
 
 def _sweep_axes(policies: str | None, grid: list[str] | None, rate_scale: str | None
@@ -222,9 +252,7 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows))
     else:  # short names, one space apart, to fit WIDTH columns
-        headers = ["policy", *[("rate x" if c == "rate_scale" else c.rsplit(".", 1)[-1])
-                               for c in axis_cols],
-                   *[short_metric(m) for m in metrics]]
+        headers = ["policy", *_short_axes(axis_cols), *[short_metric(m) for m in metrics]]
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))

@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvbudget.results.features_said import feature_lines
 from kvbudget.results.said import (
     CONTEXT_DEFAULT_REFUSED,
     TIME_LIMIT_REASONS,
@@ -181,7 +182,7 @@ NOT_REFUSED = ("deadline", "end_of_run")
 def _said_elsewhere(s: Mapping[str, Any]) -> set[str]:
     """The refusal reasons of ``s`` another line counts already: the model's context's when
     its ``assumed`` line (``simulator/limits_said.py``, vLLM's default ``max_model_len``) says
-    them, the engine's queue caps' when the summary has caps (:func:`_queue_caps_line`), and
+    them, the engine's queue caps' when the summary has caps (``results.features_said.queue_caps_line``), and
     never a time-limited stage's requests not sent or cancelled at the tool's limit: the
     client's, not refusals (``results.said.time_limit_said`` says them)."""
     said: set[str] = set()
@@ -230,69 +231,6 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
         if said:
             parts.append(f"{s.get('policy', '')}: " + ", ".join(said))
     return "refused: " + "; ".join(parts) if parts else ""
-
-
-def _queue_caps_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """The engine's own queue caps the runs assumed (``engine.queue_caps``; TGI's 128 permits
-    by default) and what each refused (the one place those refusals are counted), or ``""``
-    when no run had any."""
-    parts = []
-    for s in summaries:
-        engine = s.get("engine") or {}
-        caps = engine.get("queue_caps")
-        if caps:
-            reasons = (s.get("overall") or {}).get("rejections_by_reason") or {}
-            knobs = ", ".join(f"{k}={v} (refused {int(reasons.get(f'engine_{k}', 0)):,})"
-                              for k, v in caps.items())
-            parts.append(f"{s.get('policy', '')}: {engine.get('engine', '')} {knobs}")
-    return "engine queue caps: " + "; ".join(parts) if parts else ""
-
-
-def _speculative_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """What the runs with speculative decoding assumed and got (``engine.speculative``), or
-    ``""`` when none had it."""
-    parts = []
-    for s in summaries:
-        spec = (s.get("engine") or {}).get("speculative")
-        if spec:
-            parts.append(f"{s.get('policy', '')}: {spec['assumed']}; measured mean acceptance "
-                         f"length {spec['mean_acceptance_length']:.3f}, "
-                         f"{spec['output_tokens_per_step']:.2f} output tokens an engine step (all requests)")
-    return "speculative decoding: " + "; ".join(parts) if parts else ""
-
-
-def _offload_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """The CPU KV offload tier each run had (``engine.kv_offloading``): its size, its hits
-    and the bytes moved, and what was assumed; ``""`` when no run had one."""
-    parts, assumed = [], ""
-    for s in summaries:
-        off = (s.get("engine") or {}).get("kv_offloading")
-        if off:
-            assumed = off["assumed"]
-            parts.append(
-                f"{s.get('policy', '')}: {off['kv_offloading_size_gib']:g} GiB "
-                f"({off['cpu_blocks']} blocks), {off['num_loads']} loads of "
-                f"{off['cpu_hit_tokens']} tokens ({off['load_bytes_per_gpu'] / 1e9:.3g} GB a GPU "
-                f"in {off['load_time_s']:.3g} s), {off['stored_bytes_per_gpu'] / 1e9:.3g} GB a "
-                "GPU stored")
-    return f"CPU KV offload: {'; '.join(parts)} (assumed: {assumed})" if parts else ""
-
-
-def _autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
-    """What an autoscaled fleet assumed and used (docs/autoscaling.md), per run: ``""`` when
-    no run autoscaled."""
-    parts = []
-    for s in summaries:
-        a = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
-        if a:
-            parts.append(
-                f"{s.get('policy', '')}: {a['min_replicas']}-{a['max_replicas']} replicas on "
-                f"{a['metric']} (target {a['target']:g} a replica, every "
-                f"{a['polling_interval_s']:g} s, up after {a['scale_up_delay_s']:.1f} s, down "
-                f"after a {a['scale_down_stabilization_s']:g} s window): {a['gpu_hours']:.3g} "
-                f"GPU-h, peak {a['peak_replicas']}, {a['num_scale_ups']} up / "
-                f"{a['num_scale_downs']} down")
-    return "autoscaled fleet: " + "; ".join(parts) if parts else ""
 
 
 def units_note(wide: bool, window: Any) -> str:
@@ -344,18 +282,9 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
              render(kv_headers, kv),
              textwrap.fill("policy parameters: " + "; ".join(params_line(s) for s in summaries),
                            WIDTH, subsequent_indent="  ")]
-    for extra in (_refused_line(summaries), _queue_caps_line(summaries)):
+    for extra in (_refused_line(summaries), *feature_lines(summaries)):
         if extra:
             lines.append(textwrap.fill(extra, WIDTH, subsequent_indent="  "))
-    spec = _speculative_line(summaries)
-    if spec:
-        lines.append(textwrap.fill(spec, WIDTH, subsequent_indent="  "))
-    offload = _offload_line(summaries)
-    if offload:
-        lines.append(textwrap.fill(offload, WIDTH, subsequent_indent="  "))
-    scale = _autoscale_line(summaries)
-    if scale:
-        lines.append(textwrap.fill(scale, WIDTH, subsequent_indent="  "))
     note = units_note(wide, window)
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
     # the targets of the tiers the runs offered requests in (not a tier the workload never used)

@@ -367,6 +367,8 @@ OPTIONAL_TIMELINE_COLUMNS: Final[dict[str, str]] = {
     "num_replicas_up": "int64",
     "num_replicas_booting": "int64",
     "num_replicas_draining": "int64",
+    "prefill_kv_used_tokens": "int64",
+    "prefill_kv_capacity_tokens": "int64",
 }
 """Timeline columns only some runs have (runs without them stay byte-identical):
 ``cpu_kv_used_tokens`` and ``cpu_kv_capacity_tokens``, a run with a CPU KV offload tier
@@ -374,7 +376,10 @@ OPTIONAL_TIMELINE_COLUMNS: Final[dict[str, str]] = {
 holds, and its size in tokens; ``num_replicas_up``, ``num_replicas_booting`` and
 ``num_replicas_draining``, an autoscaled fleet (``simulator.autoscaler``): its replicas taking
 requests, booting (counted, not yet taking any) and draining (finishing theirs, taking none)
-at each sample."""
+at each sample; ``prefill_kv_used_tokens`` and ``prefill_kv_capacity_tokens``, a
+disaggregated deployment (``simulator.disagg``): its prefill pool's tokens in allocated KV
+blocks and its capacity, beside the KV columns, which are its decode pool's (the gateway's
+budget)."""
 
 TOKEN_GAP_COLUMNS: Final[dict[str, str]] = {
     "tier": "str",

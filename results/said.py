@@ -116,6 +116,7 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
     if isinstance(pools, dict):
         return "disaggregated pools (" + "; ".join(
             f"{name}: {_count(p['num_replicas'])} of {_on(p.get('tensor_parallel_size'), p['gpu'])}"
+            + (f", routed {p['router']}" if p.get("router") else "")
             + _caps(p) for name in ("prefill", "decode")
             if isinstance(p := pools.get(name), dict)) + ")", {}
     fleet, knobs = figures.get("fleet"), s.get("engine_knobs") or {}
@@ -126,12 +127,27 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
              if isinstance(auto, dict) else _count(fleet.get("num_replicas", 0)))
     kinds = Counter((str(r.get("gpu")), _caps(r)) for r in fleet.get("replicas", ()))
     if len(kinds) == 1:
-        return f"{count} of {_on(tp, gpu)}", knobs
+        return f"{count} of {_on(tp, gpu)}{_routing(fleet)}", knobs
     # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ
     caps = {c for _, c in kinds}
     return count + " (" + "; ".join(f"{n:,} of {_on(tp, g)}" + (c if len(caps) > 1 else "")
-                                    for (g, c), n in kinds.items()) + ")", (
+                                    for (g, c), n in kinds.items()) + ")" + _routing(fleet), (
         knobs if len(caps) == 1 else {})
+
+
+def _routing(fleet: Mapping[str, Any]) -> str:
+    """How a fleet's requests reach its replicas: its router and its token budget (one over
+    the fleet, or one per replica: ``simulator.fleet``), each the scenario's default unless
+    given; ``""`` for a summary that names neither."""
+    router, budget = fleet.get("router"), fleet.get("budget")
+    said = [f"routed {router}"] if router else []
+    if budget in BUDGETS_SAID:
+        said.append(BUDGETS_SAID[budget])
+    return "".join(f", {x}" for x in said)
+
+
+BUDGETS_SAID = {"global": "one token budget over them", "per_replica": "a token budget each"}
+"""A fleet's ``budget`` as the ``simulated:`` line says it."""
 
 
 def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:

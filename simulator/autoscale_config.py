@@ -97,6 +97,16 @@ class AutoscaleConfig:
             _non_negative(where, name, getattr(self, name))
         if self.scale_up_delay_s is not None:
             _non_negative(where, "scale_up_delay_s", self.scale_up_delay_s)
+        # a field that nothing reads in this setting is refused, not dropped (its own default
+        # is let through: it changes nothing either way)
+        if self.metric != "vllm:request_success" and self.rate_window_s != PROMQL_RATE_WINDOW_S:
+            raise ValueError(f"{where}rate_window_s: the rate window of vllm:request_success "
+                             f"only; metric {self.metric!r} is read as it is (a gauge), got "
+                             f"{self.rate_window_s!r}")
+        if self.scale_up_delay_s is not None and self.engine_start_s != VLLM_ENGINE_START_S:
+            raise ValueError(f"{where}engine_start_s: part of the cold start worked out when "
+                             "scale_up_delay_s is left out; scale_up_delay_s is given "
+                             f"({self.scale_up_delay_s!r} s): give one of them")
         if self.metric == "vllm:kv_cache_usage_perc" and self.target > 1:
             raise ValueError(f"{where}target: vllm:kv_cache_usage_perc is a fraction (1 means "
                              f"100 percent); the target must be in (0, 1], got {self.target!r}")

@@ -46,6 +46,7 @@ from kvbudget.results.metrics import merge_gap_rows
 from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine import Engine, EngineHooks, FloatArray, IntArray, RequestColumns
 from kvbudget.simulator.engine_variants import make_engine
+from kvbudget.simulator.exact_sum import to_float
 from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet import Router
 from kvbudget.simulator.fleet_events import FleetEvents
@@ -111,6 +112,9 @@ class DisaggFleet(ReplicaTotals):
         self.decode = [self._engine(self.setups[1], d_cols, r, True)
                        for r in range(d_pool.num_replicas)]
         self.replicas: list[Engine] = [*self.prefill, *self.decode]
+        # the run's KV figures (the timeline's KV columns, the summary's kv block) are the
+        # decode pool's, whose capacity is the gateway's budget; the prefill pool's beside them
+        self.kv_from = len(self.prefill)
         self._everyone = (list(range(len(self.prefill))), list(range(len(self.decode))))
         self._bytes_per_token = max(
             s.model.kv_bytes_per_token(s.engine.tensor_parallel_size, s.engine.kv_cache_dtype)
@@ -371,7 +375,25 @@ class DisaggFleet(ReplicaTotals):
     def _idle(self) -> bool:
         return all(e.idle for e in self.replicas) and not any(x.notices for x in self.loads)
 
-    def stats(self) -> dict[str, object]:
+    def prefill_timeline(self, rows: int) -> dict[str, npt.NDArray[np.int64]]:
+        """The timeline's prefill-pool columns (``OPTIONAL_TIMELINE_COLUMNS``) over its
+        ``rows`` samples: the pool's tokens in allocated KV blocks and its capacity, summed as
+        :attr:`timeline` sums the decode pool's (an idle replica its capacity)."""
+        used = np.zeros(rows, np.int64)
+        cap = np.zeros(rows, np.int64)
+        for e in self.prefill:
+            tl = e.timeline
+            for m in range(rows):
+                if m < len(tl):
+                    used[m] += tl[m][1]
+                    cap[m] += tl[m][3]
+                else:
+                    cap[m] += e.capacity_tokens
+        return {"prefill_kv_used_tokens": used, "prefill_kv_capacity_tokens": cap}
+
+    def stats(self, span_s: float = math.nan) -> dict[str, object]:
+        """The deployment's figures; each pool's KV capacity and mean use over ``span_s``
+        (the run's span, first arrival to the last step's end: the summary's kv block's)."""
         end_s = np.array(self.transfer_end_s, np.float64)
         moved = np.isfinite(end_s)
         seconds = end_s[moved] - np.array(self.transfer_start_s, np.float64)[moved]
@@ -387,13 +409,17 @@ class DisaggFleet(ReplicaTotals):
                 "max_num_seqs": setup.engine.max_num_seqs,  # a pool's own engine table's
                 "max_num_batched_tokens": setup.engine.max_num_batched_tokens,
                 "num_gpu_blocks": engines[0].num_gpu_blocks,
+                **_kv_used(engines, span_s),
                 "num_steps": sum(e.num_steps for e in engines),
                 "num_preemptions": sum(e.num_preemptions_total for e in engines),
             }
+        caps = self.prefill[0].stats().get("queue_caps")  # (the decode pool has none)
         return {
             "engine": self.config.engine.name,
+            **({"queue_caps": caps} if caps else {}),
             "disaggregation": {
                 **pools,
+                "first_token": self.disagg.first_token,  # which pool's token is the client's
                 "link": self.disagg.link.name,
                 "link_bandwidth_bytes_s": self._bandwidth,
                 "link_latency_s": self.disagg.link.transfer_latency_s,
@@ -402,6 +428,16 @@ class DisaggFleet(ReplicaTotals):
                 "transfer_s_mean": float(seconds.mean()) if seconds.size else None,
             },
         }
+
+
+def _kv_used(engines: list[Engine], span_s: float) -> dict[str, float | int | None]:
+    """A pool's KV capacity in tokens and its tokens in use, time-weighted over ``span_s``,
+    in tokens and as a fraction of the capacity (``None`` over no span)."""
+    capacity = sum(e.capacity_tokens for e in engines)
+    mean = (to_float(sum(e.kv_token_seconds_exact() for e in engines)) / span_s
+            if span_s > 0 else None)
+    return {"kv_capacity_tokens": capacity, "kv_used_mean": mean,
+            "kv_used_mean_fraction": None if mean is None else mean / capacity}
 
 
 def _after_first_token(cols: RequestColumns) -> RequestColumns:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.hardware import GPUSpec, get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.simulator.engine_config import EngineConfig
+from kvbudget.simulator.engine_config import QUEUE_CAP_ENGINES, EngineConfig
 from kvbudget.simulator.sim_config import ROUTERS, RouterName
 
 if TYPE_CHECKING:
@@ -182,6 +182,14 @@ class DisaggConfig:
                 if getattr(engine, knob) is not None:
                     raise ValueError(f"disaggregation.{where}.engine.{knob}: not modelled with "
                                      "disaggregated serving yet")
+            for knob in QUEUE_CAP_ENGINES:
+                if where == "decode" and getattr(engine, knob) is not None:
+                    raise ValueError(
+                        f"disaggregation.decode.engine.{knob}: not modelled: a decode replica "
+                        "takes its requests from the prefill pool's hand-off, and its own "
+                        "server's queue cap is not applied; give the cap to the prefill pool "
+                        f"(disaggregation.prefill.engine.{knob}), whose server a request "
+                        "reaches first")
             if where == "decode" and engine.scheduling_policy != "fcfs":
                 raise ValueError("disaggregation.decode.engine.scheduling_policy: only fcfs is "
                                  "modelled on a decode replica (vLLM drains the requests whose "
@@ -207,6 +215,17 @@ def _pool(where: str, table: Mapping[str, Any] | None, engine: Mapping[str, Any]
         if key not in known:
             raise ValueError(f"disaggregation.{where}.engine.{key}: unknown engine knob; known: "
                              f"{', '.join(sorted(known))}")
+    if where == "decode" and table["engine"].get("enable_prefix_caching"):
+        # (a library PoolConfig's engine is the whole table, the run's value in it: not told)
+        raise ValueError("disaggregation.decode.engine.enable_prefix_caching: not modelled: a "
+                         "decode replica runs without prefix caching (its prompt's KV comes "
+                         "over the link); leave it out or set it false")
+    for knob in QUEUE_CAP_ENGINES:  # the scenario's [engine] cap, which the decode pool takes
+        if where == "decode" and engine.get(knob) is not None and knob not in table["engine"]:
+            raise ValueError(
+                f"engine.{knob}: with [disaggregation] it is each pool's server's own cap and "
+                "a decode replica's is not modelled: give it to the prefill pool "
+                f"(disaggregation.prefill.engine.{knob}), whose server a request reaches first")
     try:
         knobs = EngineConfig(**{**engine, **table["engine"]})
     except (TypeError, ValueError) as exc:  # a message naming engine.KNOB: the pool's KNOB

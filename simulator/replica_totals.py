@@ -30,11 +30,15 @@ class ReplicaTotals:
     hooks: EngineHooks
     _gateway_samples: list[tuple[int, int]]
     autoscaler: Autoscaler | None = None
+    kv_from: int = 0
+    """The first of ``replicas`` whose KV the run's KV figures count (the timeline's KV
+    columns, :meth:`kv_token_seconds`): all of them, but a disaggregated deployment's decode
+    pool alone, the gateway's budget."""
 
     def kv_token_seconds(self) -> float:
         """The replicas' integrals added exactly, rounded once (``math.fsum`` of all their
         terms)."""
-        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas))
+        return to_float(sum(e.kv_token_seconds_exact() for e in self.replicas[self.kv_from:]))
 
     def _idle(self) -> bool:
         return all(e.idle for e in self.replicas)
@@ -57,7 +61,8 @@ class ReplicaTotals:
     def timeline(self) -> list[TimelineRow]:
         """The replicas' samples summed at each sample time (an idle replica contributes its
         capacity and its preemptions), with the gateway's own samples; with an autoscaler,
-        the capacity of the replicas serving then (up or draining)."""
+        the capacity of the replicas serving then (up or draining). The KV columns are those of
+        the replicas from :attr:`kv_from` on."""
         rows = max(len(e.timeline) for e in self.replicas)
         merged: list[TimelineRow] = []
         period = self.config.timeline_period_s
@@ -65,13 +70,14 @@ class ReplicaTotals:
         for m in range(rows):
             reserved, waiting = gw[min(m, len(gw) - 1)] if gw else (0, 0)
             used = cap = running = preempted = 0
-            for e in self.replicas:
+            for k, e in enumerate(self.replicas):
                 if m < len(e.timeline):
                     _, u, _, c, run, wait, pre = e.timeline[m]
                 else:
                     u, c, run, wait, pre = 0, e.capacity_tokens, 0, 0, e.num_preemptions_total
-                used += u
-                cap += c
+                if k >= self.kv_from:
+                    used += u
+                    cap += c
                 running += run
                 waiting += wait
                 preempted += pre

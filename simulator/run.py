@@ -397,7 +397,9 @@ class _Simulation:
         # fleet's replicas hold ~2 GB) before the records' own columns are built
         e = self.engine
         tl = np.array(e.timeline, dtype=np.float64).reshape(-1, 7)
-        cpu_kv = e.cpu_timeline(tl[:, 0]) if isinstance(e, OffloadEngine) else None
+        pool_kv = e.cpu_timeline(tl[:, 0]) if isinstance(e, OffloadEngine) else None
+        if isinstance(e, DisaggFleet):  # the prefill pool's KV beside the decode pool's
+            pool_kv = e.prefill_timeline(len(tl))
         scale_columns = _scale_columns(e, tl)  # (no local keeps the autoscaler, or the fleet)
         span = max(e.t, float(w.arrival_s[-1]) if self.n else 0.0) - (
             float(w.arrival_s[0]) if self.n else 0.0
@@ -410,7 +412,7 @@ class _Simulation:
             "num_gateway_revocations": int(self.num_revocations.sum()),
             "num_recomputed_tokens": e.num_recomputed_tokens,
         }
-        stats = e.stats()
+        stats = e.stats(span) if isinstance(e, DisaggFleet) else e.stats()
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
             {name: _knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
@@ -431,8 +433,8 @@ class _Simulation:
         records = self._records(completed, fig)
         del fig
         timeline = timeline_columns(tl)
-        if cpu_kv is not None:
-            timeline.update(cpu_kv)
+        if pool_kv is not None:
+            timeline.update(pool_kv)
         timeline.update(scale_columns)  # an autoscaled fleet's replicas
         summary = summarize(
             records,

@@ -91,9 +91,10 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
     arrivals, as ``simulate``'s line says them; ``at rate scale 1`` where the study scales
     them, ``rate_scale`` in ``varies``; ``models as the study varies them`` where it does; the
     workload's figures said as the scenario's where the study varies it), then ``warning: W:
-    ...`` and ``assumed: W: ...`` for what loading the workload said; the GPU only where every run takes the
-    scenario's (not a fleet's, a deployment's pools' or one the study varies: ``varies``, the
-    keys it varies): what a study's per-GPU figures are per. ``once``: why the study ran once
+    ...`` and ``assumed: W: ...`` for what loading the workload said; the deployment (the GPU; a fleet's
+    replicas; a disaggregated deployment's pools) where every run takes the scenario's (not
+    one the study varies: ``varies``, the keys it varies): what a study's per-GPU figures are
+    per. ``once``: why the study ran once
     (:func:`once_where_fixed`), said in place of :data:`SAME_REQUESTS`."""
     workload = scn.workload()
     spec = scn.spec
@@ -101,11 +102,9 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
     model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
              else "model " + as_given(spec.model, get_model(spec.model).name,
                                        "model" in scn.defaulted))
-    where = "" if spec.fleet or spec.disaggregation or any(
+    where = "" if any(
         k.split(".")[0] in ("gpu", "fleet", "disaggregation")
-        or k == "engine.tensor_parallel_size" for k in varies) else " on " + (
-        f"{spec.engine.tensor_parallel_size} x " if spec.engine.tensor_parallel_size > 1
-        else "") + as_given(spec.gpu, get_gpu(spec.gpu).name, "gpu" in scn.defaulted)
+        or k == "engine.tensor_parallel_size" for k in varies) else " on " + _deployment(scn)
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")
@@ -128,6 +127,39 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))
+
+
+def _deployment(scn: Scenario) -> str:
+    """What every run of the study is served by (what its per-GPU figures are per): the
+    scenario's GPU; a fleet's replicas of it (their GPUs where ``fleet.gpus`` gives them, an
+    autoscaled fleet's bounds); a disaggregated deployment's pools, each on its own GPU and
+    tensor parallelism, as ``simulate``'s line says them."""
+    spec = scn.spec
+    gpu = as_given(spec.gpu, get_gpu(spec.gpu).name, "gpu" in scn.defaulted)
+
+    def on(name: str, tp: int) -> str:
+        return (f"{tp} x " if tp > 1 else "") + name
+
+    tp = spec.engine.tensor_parallel_size
+    d = spec.disaggregation
+    if d is not None:
+        return "disaggregated pools (" + "; ".join(
+            f"{name}: {counted(p.num_replicas, 'replica')} of "
+            + on(get_gpu(p.gpu).name if p.gpu else gpu,
+                 int(p.engine.get("tensor_parallel_size", tp)))
+            for name, p in (("prefill", d.prefill), ("decode", d.decode)) if p is not None) + ")"
+    fleet = spec.fleet
+    if fleet is None:
+        return on(gpu, tp)
+    auto = fleet.autoscale
+    count = (f"{auto.min_replicas} to {auto.max_replicas} replicas (autoscaled)"
+             if auto is not None else counted(fleet.num_replicas, "replica"))
+    if not fleet.gpus:
+        return f"{count} of {on(gpu, tp)}"
+    kinds: dict[str, int] = {}
+    for g in fleet.gpus:  # as given, as simulate's line names them
+        kinds[g] = kinds.get(g, 0) + 1
+    return count + " (" + "; ".join(f"{n:,} of {on(g, tp)}" for g, n in kinds.items()) + ")"
 
 
 def cost_model_said(path: Path | None, *, transfer: bool = False,

@@ -652,29 +652,33 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("sets", "where"), [
+    # the router and the budget, the defaults' where not given (were unsaid)
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (assumed: the default scenario's "
-     "H100-80GB), engine vllm "
+     "H100-80GB), routed round_robin, one token budget over them, engine vllm "
      "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
      "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
      "KV)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
-     "on 3 replicas (2 of H100-80GB; 1 of H200), engine vllm (vllm's defaults for unset knobs, "
+     "on 3 replicas (2 of H100-80GB; 1 of H200), routed round_robin, one token budget over "
+     "them, engine vllm (vllm's defaults for unset knobs, "
      "max_num_seqs 1,024"),
     (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
      "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
-     "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset "
+     "max_num_seqs 1,024, max_num_batched_tokens 8,192), routed round_robin, one token budget "
+     "over them, engine vllm (vllm's defaults for unset "
      "knobs, bfloat16 weights), KV capacity "),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
-     "the default scenario's H100-80GB), engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
+     "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
      "share), bfloat16 weights, 16-bit KV), KV capacity 1,752,768 tokens (at 4 replicas); "
      "workload"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
       "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
-     "on disaggregated pools (prefill: 1 replica of H100-SXM, max_num_seqs 1,024, "
-     "max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, max_num_seqs 1,024, "
+     "on disaggregated pools (prefill: 1 replica of H100-SXM, routed least_tokens, max_num_seqs "
+     "1,024, max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, routed least_tokens, "
+     "max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs, bfloat16 "
      "weights), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens

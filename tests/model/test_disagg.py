@@ -377,3 +377,38 @@ def test_a_hand_off_during_a_decode_run_is_admitted_within_it(
         seen[skip_ahead] = times
     assert 0.122 in seen[False] and 0.122 not in seen[True]
     assert [t for t in seen[True] if 0.052 < t < 0.242] == [0.212, 0.222]
+
+
+def test_the_kv_figures_are_the_decode_pools_and_the_prefill_pools_beside() -> None:
+    """The summary's KV capacity is the decode pool's (the gateway's budget), so its KV used
+    is the decode pool's too, and the timeline's KV columns with it; the prefill pool's use is
+    its own (``engine.disaggregation.prefill``, the timeline's ``prefill_kv_*``). Before, the
+    used figures summed both pools over the decode pool's capacity (and the timeline's
+    capacity was both pools'), so a prefill-heavy deployment's decode pool looked fuller.
+
+    The case of the test above: both prompts (31 and 16 tokens: 2 + 1 blocks of 16) prefill in
+    one step [0, 0.01] on a prefill replica of 8 blocks, 48 tokens for 0.01 s over the run's
+    0.109 s; the decode replica has 2 blocks (32 tokens)."""
+    w = from_columns([0.0, 0.0], [31, 16], [1, 1])
+    cfg = _config(None)
+    cfg = replace(cfg, disaggregation=replace(
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+    res = simulate(w, make_policy("unlimited"), cfg)
+    s, tl = res.summary, res.timeline
+    pools = s["engine"]["disaggregation"]
+    prefill, decode = pools["prefill"], pools["decode"]
+    assert prefill["kv_capacity_tokens"] == 128 and decode["kv_capacity_tokens"] == 32
+    assert prefill["kv_used_mean"] == pytest.approx(48 * 0.01 / 0.109)
+    assert prefill["kv_used_mean_fraction"] == pytest.approx(48 * 0.01 / 0.109 / 128)
+    assert s["kv_capacity_tokens"] == 32 and (tl["kv_capacity_tokens"] == 32).all()
+    assert s["kv"]["used_mean"] == pytest.approx(decode["kv_used_mean"])
+    assert s["kv"]["used_mean_fraction"] == pytest.approx(decode["kv_used_mean_fraction"])
+    assert tl["prefill_kv_used_tokens"].tolist() == [48]  # sampled at 0, in the prefill step
+    assert tl["kv_used_tokens"].tolist() == [0]
+    assert (tl["prefill_kv_capacity_tokens"] == 128).all()
+
+
+def test_a_fleets_timeline_has_no_prefill_columns() -> None:
+    w = from_columns([0.0], [16], [2])
+    tl = simulate(w, make_policy("conservative"), _config(None)).timeline
+    assert "prefill_kv_used_tokens" not in tl.columns

@@ -316,3 +316,39 @@ def test_the_runs_table_names_the_gpu_as_simulate_does(two_runs: list[Path],
     gone = str(tmp_path / "mine.json")
     assert gpu_shown({"gpu": gone}) == gone
     assert gpu_shown({}) == "–" and gpu_shown({"gpu": None}) == "–"
+
+
+def test_the_report_says_each_runs_engine_features_as_simulate_does(tmp_path: Path) -> None:
+    """A disaggregated run and a speculative one: the report said nothing of either (no
+    transfers, pools, acceptance), where simulate prints a line for each; its 'Engine
+    features' section now has those lines, each run by its report label, the same text as
+    the screen's (its lines joined), and a run with no feature adds none."""
+    base = ["simulate", "--set", "workload.duration_s=5"]
+    features = {
+        "disagg": ["--set", "disaggregation.prefill.num_replicas=1",
+                   "--set", "disaggregation.decode.num_replicas=1"],
+        "spec": ["--set", "engine.speculative_config.method=eagle3",
+                 "--set", "engine.speculative_config.num_speculative_tokens=3",
+                 "--set", "engine.speculative_config.acceptance_length=2.5"],
+        "plain": [],
+    }
+    screens = {}
+    for name, args in features.items():
+        res = CliRunner().invoke(app, [*base, *args, "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+        screens[name] = " ".join(res.stdout.split())
+    out = tmp_path / "report"
+    dirs = [str(tmp_path / name) for name in features]
+    res = CliRunner().invoke(app, ["report", *dirs, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = (out / REPORT_FILE).read_text()
+    section = text.split("<h2>Engine features</h2>")[1].split("<h2>")[0]
+    items = re.findall(r"<li>(.*?)</li>", section)
+    assert len(items) == 2
+    labels = run_labels([Path(d) for d in dirs], [read_run(Path(d)).summary for d in dirs])
+    for item, name, label in zip(items, ("spec", "disagg"), (labels[1], labels[0]), strict=True):
+        line = item.replace("&#x27;", "'")
+        head, rest = line.split(f"{label}: ", 1)  # the run's label for the screen's policy
+        assert head + "conservative: " + rest in screens[name]
+    assert items[0].startswith("speculative decoding: ")
+    assert items[1].startswith("disaggregated, over infiniband-ndr")

@@ -175,6 +175,11 @@ def test_the_cold_start_is_the_weights_over_pcie_plus_the_engine_start() -> None
     ({"metric": "vllm:gpu_cache_usage_perc"}, "metric"),
     ({"metric": "vllm:kv_cache_usage_perc", "target": 80.0}, "target"),
     ({"initial_replicas": 9}, "initial_replicas"),
+    # a field nothing reads in the setting given (was dropped): the rate window of a gauge,
+    # the engine start of a cold start given whole
+    ({"rate_window_s": 30.0}, "rate_window_s: the rate window of vllm:request_success only"),
+    ({"scale_up_delay_s": 20.0, "engine_start_s": 10.0}, "engine_start_s: part of the cold "
+     "start worked out when scale_up_delay_s is left out"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=f"fleet.autoscale.{field}".replace("(", r"\(")
@@ -211,7 +216,8 @@ def scaled_runs(draw: st.DrawFn) -> tuple[Any, SimConfig, str]:
         polling_interval_s=draw(st.sampled_from([1.0, 2.5, 7.0])),
         scale_up_delay_s=draw(st.sampled_from([0.0, 0.75, 4.0])),
         scale_down_stabilization_s=draw(st.sampled_from([0.0, 5.0, 300.0])),
-        rate_window_s=5.0)
+        # (the rate window is request_success's alone: refused with another metric)
+        **({"rate_window_s": 5.0} if metric == "vllm:request_success" else {}))
     cfg = SimConfig(
         engine=EngineConfig(num_gpu_blocks=draw(st.integers(40, 200)), block_size=16,
                             max_num_seqs=8, max_num_batched_tokens=256),
@@ -275,6 +281,8 @@ def test_scaling_properties(run: tuple[Any, SimConfig, str]) -> None:
     ("fleet.autoscale.polling_interval_s=0", "fleet.autoscale.polling_interval_s"),
     ("fleet.num_replicas=3", "fleet.num_replicas (3) differs from fleet.autoscale.max_replicas (4)"),
     ("fleet.autoscale.colour=1", "fleet.autoscale.colour"),
+    ("fleet.autoscale.rate_window_s=30", "fleet.autoscale.rate_window_s: the rate window of "
+     "vllm:request_success only; metric 'vllm:num_requests_running' is read as it is"),
 ])
 def test_bad_autoscale_input_exits_2_with_one_line(tmp_path: Path, setting: str,
                                                    needle: str) -> None:
