@@ -42,9 +42,9 @@ from kvbudget.results.recorded_aiperf_prefix import (
 from kvbudget.results.recorded_aiperf_warmup import split_warmup
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
+    cap_reached,
     dig,
     finish_columns,
-    in_flight_after,
     json_lines,
     load_json,
     max_tokens_note,
@@ -522,9 +522,7 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
         stage = replace(stage, tick_pattern=pattern)
     conc = stage.max_concurrency
     assert conc is not None and stage.request_rate is not None
-    at = sent[order]
-    inflight = in_flight_after(at, sent, end)
-    if len(order) == 0 or inflight.max() < conc:
+    if not cap_reached(sent[order], end[order], conc):  # no request waited for a slot
         return sent, stage
     rate = stage.request_rate
     k = np.arange(len(order), dtype=np.float64)
@@ -578,17 +576,24 @@ def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: Fl
     ticked = pattern in ("constant", "poisson")
     stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
     lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
+    lag = f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms)"
+    # a user_centric slot is a conversation's, held between its turns: requests say nothing
+    if pattern != "user_centric" and not cap_reached(issued[rows], end[rows], conc):
+        notes.append(f"the {conc} concurrency slots were never all busy (AIPerf issues a "
+                     "request only to a free one): no request waited for a slot, and the "
+                     f"requests are offered at their recorded sends, {lag} after AIPerf issued "
+                     "them (metadata.credit_issued_ns): AIPerf's own delay, load the server "
+                     "saw")
+        return sent, replace(stage, send_times="recorded")
     when = (f"when a turn of its {rate:g} req/s user_centric schedule was due and found one "
             f"of the {conc} session slots free" if pattern == "user_centric" else
             f"the tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of "
             f"the {conc} concurrency slots free")
     said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: "
             f"{when}): the requests are due at those times, as AIPerf "
-            "issued them, not at a schedule drawn again; its sends lagged them by "
-            f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
+            f"issued them, not at a schedule drawn again; its sends lagged them by {lag}, "
             "AIPerf's own delay, not simulated")
-    order = rows[np.argsort(issued[rows], kind="stable")]
-    if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
+    if cap_reached(issued[rows], end[rows], conc):
         waited = ("a turn then waited for a session slot" if pattern == "user_centric" else
                   "the ticks AIPerf skipped then are not in the file")
         said += (f"; every one of the {conc} slots was busy at times, and {waited}: a request "
@@ -1045,7 +1050,7 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
     """Each request's send and due (arrival) time in seconds on one clock, and the stage as
     replayed. A capped stage (not a fixed schedule) whose every record carries
     ``credit_issued_ns`` is due when AIPerf issued it (:func:`_issued_due`), the clock's zero
-    the earliest issue or send; without them its due times are reconstructed
+    the earliest issue or send (its earliest send where no request waited for a slot); without them its due times are reconstructed
     (:func:`_capped_due`); any other stage is due at its sends."""
     capped = stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE)
     measured = np.array([s == "completed" or s.startswith(("error", "cancelled"))
@@ -1055,6 +1060,9 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
         sent = (start - origin) * 1e-9
         due, stage = _issued_due(stage, _phase_type(summary), (issued - origin) * 1e-9, sent,
                                  (end - origin) * 1e-9, measured, notes)
+        if stage.send_times != "issued":  # offered at its sends (no request waited): their clock
+            sent = (start - np.min(start)) * 1e-9
+            return sent, sent, stage
         return sent, due, stage
     sent = (start - np.min(start)) * 1e-9
     if not capped:

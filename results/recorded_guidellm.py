@@ -58,6 +58,7 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    cap_reached,
     dig,
     finish_columns,
     first_number,
@@ -973,20 +974,14 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
 def _reached_cap(start: FloatArray, end: FloatArray, labels: Any,
                  caps: list[int]) -> dict[str, bool]:
     """Whether each stage's requests in flight (started, not ended: a request with no end, cut
-    or failed, counted to the last) ever reached its cap: where they never did, no request
-    waited for a slot, and a start after its targeted time is GuideLLM's own scheduling delay
-    (github.com/rsevilla87/guidellm-results-parser 0e467bc ``example_output/benchmarks.json``:
-    GuideLLM 0.3 at a constant 10 req/s capped at its default 512, at most 33 in flight, each
-    request started 0.1 to 12 ms after its targeted time)."""
-    ends = np.where(np.isfinite(end), end, np.inf)
+    or failed, counted to the last) ever reached its cap (:func:`cap_reached`, every reader's
+    rule): where they never did, no request waited for a slot, and a start after its targeted
+    time is GuideLLM's own scheduling delay."""
     full: dict[str, bool] = {}
     for label in set(labels.tolist()):
         rows = labels == label
         cap = max((c for c, r in zip(caps, rows, strict=True) if r), default=0)
-        began = np.sort(start[rows])
-        flight = np.arange(1, len(began) + 1) - np.searchsorted(
-            np.sort(ends[rows]), began, side="right")
-        full[label] = bool(len(began)) and int(flight.max()) >= cap
+        full[label] = cap_reached(start[rows], end[rows], cap)
     return full
 
 
