@@ -789,11 +789,19 @@ def test_guidellm_0_2_0_3_cap_is_the_setting_split_among_worker_processes(
     path.write_text(json.dumps(doc))
     rec = read_recording(path)
     assert rec.stages[0].max_concurrency == 512
+    # at most 23 in flight in a process against its share of 51: none waited for it
+    assert not any("worker processes" in n for n in rec.notes)
+    for req in many:  # every copy sent and ended as the first: 60 in flight a process
+        req["scheduler_info"].update({k: reqs[0]["scheduler_info"][k]
+                                      for k in ("request_start", "request_end")})
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
     split = [n for n in rec.notes if "worker processes" in n]
     assert split == ["0: GuideLLM split its cap of 512 in flight among the 10 worker processes "
-                     "the requests name, about 51 each, and a request waited for its own "
-                     "process's share; replayed as one pool of 512 (assumed: requests may "
-                     "start sooner than they did where the load was uneven across processes)"]
+                     "the requests name, about 51 each, and 10 of them held their share in "
+                     "flight at times (up to 60), when a request waited for its own process's "
+                     "share; replayed as one pool of 512 (assumed: requests may start sooner "
+                     "than they did where the load was uneven across processes)"]
     # one process, or fewer requests than the cap: nothing to say
     for req in many:
         req["scheduler_info"]["process_id"] = 0
