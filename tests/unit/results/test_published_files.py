@@ -509,9 +509,14 @@ SGLANG_CONSOLE = ("# request rate: 2\n\n============ Serving Benchmark Result ==
     ("".join(VLLM_CONSOLE.replace("concurrency: 8", f"concurrency: {c}").replace(
         "concurrency:             8", f"concurrency:             {c}") for c in (10, 25, 50)),
      "3 runs, request rate inf, max concurrency 10/25/50, successful requests 1000"),
-    # past the 64 KiB read, runs are not counted: said as at least those read
-    (VLLM_CONSOLE * 2 + "progress\r" * 8000 + VLLM_CONSOLE,
-     "at least 2 runs, request rate inf, max concurrency 8, successful requests 1000"),
+    # past the 64 KiB read to tell the format, the runs are counted to the file's end (a
+    # line at a time): "at least 2 runs" of 3
+    (VLLM_CONSOLE * 2 + "progress\r" * 8000 + VLLM_CONSOLE.replace("1000", "999"),
+     "3 runs, request rate inf, max concurrency 8, successful requests 1000/999"),
+    # a progress bar's 270 KB line of carriage returns is read in pieces
+    (VLLM_CONSOLE + "progress\r" * 30000 + "\n" + VLLM_CONSOLE.replace("concurrency: 8",
+     "concurrency: 16").replace("concurrency:             8", "concurrency:             16"),
+     "2 runs, request rate inf, max concurrency 8/16, successful requests 1000"),
     (SGLANG_CONSOLE + SGLANG_CONSOLE.replace("2.0", "4.0").replace("996", "998"),
      "2 runs, backend sglang, request rate 2.0/4.0, successful requests 996/998"),
 ])
