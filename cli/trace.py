@@ -20,6 +20,7 @@ import typer
 from kvbudget.cli.errors import CliError, check_out_file, user_errors
 from kvbudget.cli.options import TraceArgs, with_trace_options
 from kvbudget.cli.usage_errors import OneLineGroup
+from kvbudget.results.recorded_fields import FloatArray, cap_reached
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import (
     detect_recording_format,
@@ -246,7 +247,7 @@ def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
                          seed=0 if seed is None else seed,
                          max_output=options.max_output if "max_output" in given else None)
     save_workload(rec.workload, out)
-    due = any(_held_back(rec, st) for st in rec.stages)
+    due = any(_holds_due(rec, st) for st in rec.stages)
     print(f"wrote {counted(len(rec.workload), 'request')} of {file} ({rec.tool}) to {out}: "
           + ("the requests as the tool offered them (a capped stage's when each was due, "
              "below)" if due else "the requests as the tool sent them") + ", on its clock")
@@ -274,18 +275,13 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
                 "simulated server does not hold the next send back, and --rate-scale scales "
                 f"those sends, not the users); --users {st.max_concurrency} simulates {users} "
                 "sending its requests in turn")
-        elif st.load == "capped" and _held_back(rec, st):
-            lines.append(
-                f"warning: stage {label} was an {load_words(st)}: {out} holds its requests at "
-                "the times they were due, not their recorded sends (the tool sent some later, "
-                f"when one of its {st.max_concurrency} slots freed), which a simulation of it "
-                "replays open loop without that cap: more in flight than the tool let be "
-                "wherever its slots were all busy")
         elif st.load == "capped":
-            lines.append(
-                f"warning: stage {label} was an {load_words(st)}: {out} holds its requests at "
-                "their recorded sends, which a simulation of it replays open loop without that "
-                "cap (a slower simulated server does not hold a send back)")
+            lines.append(f"warning: stage {label} was an {load_words(st)}: {out} holds its "
+                         f"requests at {_capped_times(rec, st)}, which a simulation of it "
+                         "replays open loop without that cap" + (
+                             ": more in flight than the tool let be wherever its slots were "
+                             "all busy" if _full(rec, st) else
+                             " (a slower simulated server does not hold a send back)"))
     if len(rec.stages) > 1:
         lines.append(f"warning: {out} holds the recording's {len(rec.stages)} stages one after "
                      "another on its clock, with the pauses between them: --window START:END "
@@ -303,16 +299,62 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
     return lines
 
 
-def _held_back(rec: "Recording", stage: "RecordedStage") -> bool:
-    """Whether a capped ``stage``'s requests are due (the workload's ``arrival_s``) before the
-    tool sent them (the recording's ``arrival_s``, its sends): the due times a capped replay
-    offers (vllm bench serve's start_times less queue_times, AIPerf's issues, the times drawn
-    again), which the converted trace holds in place of the sends."""
-    if stage.load != "capped":
-        return False
+def _lag_s(rec: "Recording", stage: "RecordedStage") -> FloatArray:
+    """How long after the time the converted trace holds (the workload's ``arrival_s``) the
+    tool sent each request of ``stage`` (the recording's ``arrival_s``): 0 where the trace holds
+    the sends, a capped stage's wait and the tool's own scheduling where it holds due times
+    (vllm bench serve's start_times less queue_times, AIPerf's issues, the times drawn again)."""
     rows = (rec.measured["stage"].astype(str) == stage.label).to_numpy()
     sent = rec.measured["arrival_s"].to_numpy(dtype=float)[rows]
-    return not np.allclose(rec.workload.arrival_s[rows], sent, rtol=0.0, atol=1e-9)
+    return np.asarray(sent - rec.workload.arrival_s[rows], dtype=np.float64)
+
+
+def _holds_due(rec: "Recording", stage: "RecordedStage") -> bool:
+    """Whether the converted trace holds ``stage``'s requests at other times than their sends."""
+    return stage.load == "capped" and not np.allclose(_lag_s(rec, stage), 0.0, rtol=0.0,
+                                                      atol=1e-9)
+
+
+def _stage_rows(rec: "Recording", stage: "RecordedStage") -> tuple[FloatArray, FloatArray,
+                                                                      FloatArray]:
+    """``stage``'s requests' times in the converted trace, their sends and their ends."""
+    rows = (rec.measured["stage"].astype(str) == stage.label).to_numpy()
+    sent = rec.measured["arrival_s"].to_numpy(dtype=float)[rows]
+    end = sent + rec.measured["e2e_s"].to_numpy(dtype=float)[rows]
+    return rec.workload.arrival_s[rows], sent, end
+
+
+def _held_back(rec: "Recording", stage: "RecordedStage") -> bool:
+    """Whether a capped ``stage``'s trace holds due times and its requests in flight filled its
+    slots at times (:func:`cap_reached`, the rule every reader applies), when a request due
+    waited for one to free: where they never did, none waited, and a lag is the tool's own
+    scheduling."""
+    return _holds_due(rec, stage) and _full(rec, stage)
+
+
+def _full(rec: "Recording", stage: "RecordedStage") -> bool:
+    """Whether a capped ``stage``'s requests in flight ever filled its slots
+    (:func:`cap_reached`): a replay without the cap may hold more in flight there."""
+    _, sent, end = _stage_rows(rec, stage)
+    return cap_reached(sent, end, stage.max_concurrency)
+
+
+def _capped_times(rec: "Recording", stage: "RecordedStage") -> str:
+    """Which times the converted trace holds for a capped ``stage``, exactly: its recorded
+    sends, or due times that far from them, and whether any request waited for a slot."""
+    if not _holds_due(rec, stage):
+        return "their recorded sends"
+    lag_ms = _lag_s(rec, stage) * 1e3
+    median = float(np.median(lag_ms))
+    side = "before" if median >= 0 else "after"
+    far = (f"{abs(median):.3g} ms {side} their recorded sends (median; at most "
+           f"{float(np.max(np.abs(lag_ms))):.3g} ms)")
+    if _held_back(rec, stage):
+        return (f"the times they were due, not their recorded sends (its "
+                f"{stage.max_concurrency} slots were all busy at times, and a request due then "
+                f"was sent when one freed): {far}")
+    return (f"the times they were due, {far}: its {stage.max_concurrency} slots were never all "
+            "busy, so no request waited for one, and the lag is the tool's own scheduling")
 
 
 def _stage_spans(rec: "Recording") -> str:

@@ -39,12 +39,12 @@ from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_max_tokens,
     aiperf_prefix,
 )
-from kvbudget.results.recorded_aiperf_warmup import split_warmup
+from kvbudget.results.recorded_aiperf_warmup import WARMUP, split_warmup
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
+    cap_reached,
     dig,
     finish_columns,
-    in_flight_after,
     json_lines,
     load_json,
     max_tokens_note,
@@ -62,8 +62,10 @@ from kvbudget.results.recording import (
     build_recording,
     is_warmup,
 )
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.traces.report import DROP_FAILED, DROP_ZERO_OUTPUT
 from kvbudget.workloads.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -522,9 +524,7 @@ def _capped_due(stage: RecordedStage, pattern: str, sent: FloatArray, end: Float
         stage = replace(stage, tick_pattern=pattern)
     conc = stage.max_concurrency
     assert conc is not None and stage.request_rate is not None
-    at = sent[order]
-    inflight = in_flight_after(at, sent, end)
-    if len(order) == 0 or inflight.max() < conc:
+    if not cap_reached(sent[order], end[order], conc):  # no request waited for a slot
         return sent, stage
     rate = stage.request_rate
     k = np.arange(len(order), dtype=np.float64)
@@ -578,17 +578,24 @@ def _issued_due(stage: RecordedStage, pattern: str, issued: FloatArray, sent: Fl
     ticked = pattern in ("constant", "poisson")
     stage = replace(stage, send_times="issued", tick_pattern=pattern if ticked else "")
     lag_ms = (sent[rows] - issued[rows]) * 1e3 if len(rows) else np.zeros(1)
+    lag = f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms)"
+    # a user_centric slot is a conversation's, held between its turns: requests say nothing
+    if pattern != "user_centric" and not cap_reached(issued[rows], end[rows], conc):
+        notes.append(f"the {conc} concurrency slots were never all busy (AIPerf issues a "
+                     "request only to a free one): no request waited for a slot, and the "
+                     f"requests are offered at their recorded sends, {lag} after AIPerf issued "
+                     "them (metadata.credit_issued_ns): AIPerf's own delay, load the server "
+                     "saw")
+        return sent, replace(stage, send_times="recorded")
     when = (f"when a turn of its {rate:g} req/s user_centric schedule was due and found one "
             f"of the {conc} session slots free" if pattern == "user_centric" else
             f"the tick of its {pattern or 'unknown'} {rate:g} req/s schedule that found one of "
             f"the {conc} concurrency slots free")
     said = (f"AIPerf's records say when it issued each request (metadata.credit_issued_ns: "
             f"{when}): the requests are due at those times, as AIPerf "
-            "issued them, not at a schedule drawn again; its sends lagged them by "
-            f"{float(np.median(lag_ms)):.1f} ms (median; at most {float(lag_ms.max()):.0f} ms), "
+            f"issued them, not at a schedule drawn again; its sends lagged them by {lag}, "
             "AIPerf's own delay, not simulated")
-    order = rows[np.argsort(issued[rows], kind="stable")]
-    if len(order) and in_flight_after(issued[order], issued, end).max() >= conc:
+    if cap_reached(issued[rows], end[rows], conc):
         waited = ("a turn then waited for a session slot" if pattern == "user_centric" else
                   "the ticks AIPerf skipped then are not in the file")
         said += (f"; every one of the {conc} slots was busy at times, and {waited}: a request "
@@ -850,6 +857,48 @@ def _held_note(stage: RecordedStage, ended: _Ended, start: FloatArray,
         "latencies"]
 
 
+def _warmup_split(summary: Mapping[str, Any], stage: RecordedStage, status: list[str],
+                  rows: npt.NDArray[np.int64], start: FloatArray, end: FloatArray,
+                  counts: dict[str, int], failed: npt.NDArray[np.bool_]) -> tuple[
+                      list[str], tuple[RecordedStage, ...], list[str]]:
+    """:func:`split_warmup` over the simulated records (``rows``, of every record's
+    ``status``, ``start`` and ``end`` in ns). A failed or cancelled record with a prompt and no
+    output (``failed``) dropped for want of tokens is counted a failed request
+    (``num_dropped_failed_request``), not a row of 0 output tokens: it was sent and failed. A
+    closed warm-up stage with such a record is replayed as :func:`_failed` replays a profiling
+    one: each held its user until it ended, so the stage is an open loop at its recorded sends,
+    at most its users in flight (a closed loop with it dropped would send that user's next
+    warm-up request at once)."""
+    dropped = failed.copy()
+    dropped[rows] = False
+    key, num = "num_dropped_" + DROP_ZERO_OUTPUT.replace(" ", "_"), int(dropped.sum())
+    if num and counts.get(key, 0) >= num:  # each said as what it was: failed, or cancelled
+        cancelled = sum(status[i].endswith("cancelled") for i in np.flatnonzero(dropped))
+        counts[key] -= num
+        for name, n in ((DROP_FAILED.split(" (")[0], num - cancelled), ("cancelled", cancelled)):
+            name = "num_dropped_" + name.replace(" ", "_")
+            counts[name] = counts.get(name, 0) + n
+        for k in [k for k, v in counts.items() if k.startswith("num_dropped_") and not v]:
+            del counts[k]
+    labels, stages, said = split_warmup(summary, stage, [status[r] for r in rows.tolist()])
+    warm = np.array([s.startswith(WARMUP_FAILED_PREFIX) for s in status], dtype=bool)
+    if stages[0].load != "closed" or not stages[0].label.startswith(WARMUP) or \
+            not (held := dropped & warm).any():
+        return labels, stages, said
+    held_s, span_s = _held(held[warm], start[warm], end[warm])
+    users = stages[0].max_concurrency
+    said = [n.replace(f"replayed as a closed loop of {users},", "replayed as the next note "
+                      "says,") for n in said]
+    said.append(f"{counted(int(held.sum()), 'warm-up request')} failed with no output, not "
+                f"simulated (the server sent none of their tokens): each held its user of the "
+                f"warm-up's closed loop of {users} until it failed ("
+                f"{_seconds(float(held_s.sum()))} held in all, of the warm-up's "
+                f"{_seconds(span_s)}), so stage '{stages[0].label}' is replayed as an open loop "
+                f"at its recorded sends, at most {users} in flight (as a closed loop with them "
+                "dropped the user would send its next warm-up request at once)")
+    return labels, (replace(stages[0], load="capped"), *stages[1:]), said
+
+
 def _url_note(urls: list[str], status: list[str], order: FloatArray,
               later_turns: bool) -> str:
     """How a run sent to several URLs is simulated, and which URL AIPerf's round robin gave
@@ -1045,7 +1094,7 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
     """Each request's send and due (arrival) time in seconds on one clock, and the stage as
     replayed. A capped stage (not a fixed schedule) whose every record carries
     ``credit_issued_ns`` is due when AIPerf issued it (:func:`_issued_due`), the clock's zero
-    the earliest issue or send; without them its due times are reconstructed
+    the earliest issue or send (its earliest send where no request waited for a slot); without them its due times are reconstructed
     (:func:`_capped_due`); any other stage is due at its sends."""
     capped = stage.load == "capped" and not stage.label.startswith(FIXED_SCHEDULE)
     measured = np.array([s == "completed" or s.startswith(("error", "cancelled"))
@@ -1055,6 +1104,9 @@ def _due_times(summary: Mapping[str, Any], stage: RecordedStage, start: FloatArr
         sent = (start - origin) * 1e-9
         due, stage = _issued_due(stage, _phase_type(summary), (issued - origin) * 1e-9, sent,
                                  (end - origin) * 1e-9, measured, notes)
+        if stage.send_times != "issued":  # offered at its sends (no request waited): their clock
+            sent = (start - np.min(start)) * 1e-9
+            return sent, sent, stage
         return sent, due, stage
     sent = (start - np.min(start)) * 1e-9
     if not capped:
@@ -1162,8 +1214,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     said = limit and time_limit_note(
         stage.label, stage.load, *limit, num_measured,
         grace_s=stage.grace_s if stage.time_limit_end_s is not None else None)
-    if said:
-        notes.append(said)
+    notes.extend([said] if said else [])
     if stage.time_limit_end_s is not None and stage.grace_s != math.inf:
         notes.append(UNRECORDED_CANCELS)
     conversations = aiperf_conversations(records, sent.tolist(),
@@ -1175,7 +1226,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     # the server's own error text (AIPerf 0.13.0 transports/aiohttp_client.py:165-171: a
     # non-2xx answer's body as ErrorDetails.message): its refusals for the model's context
     say_context_refusals((_error_text(rec) for _, rec in records), counts, notes, config)
-    labels, stages, warm_said = split_warmup(summary, stage, st)
+    labels, stages, warm_said = _warmup_split(summary, stage, status, rows, np.asarray(start),
+                                              np.asarray(end), counts, failed & (prompt > 0))
     return build_recording(path, "aiperf", workload, ttft=ttft[rows], e2e=e2e[rows], status=st,
                            stage=labels, itl_mean=itl[rows], config=config, counts=counts,
                            notes=[*notes, *warm_said, *warnings], stages=stages,

@@ -221,3 +221,22 @@ def in_flight_after(at: FloatArray, sent: FloatArray, end: FloatArray) -> npt.ND
     then (a request ends after it is sent, and the count only rises at a send)."""
     return (np.searchsorted(np.sort(sent), at, side="right")
             - np.searchsorted(np.sort(end), at, side="right"))
+
+
+def cap_reached(sent: FloatArray, end: FloatArray, cap: int | None) -> bool:
+    """Whether a capped stage's requests (sent at ``sent``, ended at ``end``; NaN: a request
+    cut or failed with no end, counted in flight to the last) were ever ``cap`` in flight at
+    once. Only then can one have waited for a slot: where they never were, none did, and the
+    lag between a request's due time and its send is the tool's own scheduling, load the
+    server saw, not a wait. Every reader that offers a capped stage at its due times asks this
+    first (and ``trace convert`` before it says the tool held requests back): GuideLLM 0.3 at a
+    constant 10 req/s capped at its default 512 held at most 33 in flight, each started 0.1 to
+    12 ms after its targeted time (github.com/rsevilla87/guidellm-results-parser 0e467bc
+    ``example_output/benchmarks.json``); vLLM 0.32.0's ``vllm bench serve --request-rate 8
+    --max-concurrency 2`` (tests/fixtures/recordings/vllm-bench-0.32.0/files) held at most 1,
+    its ``queue_times`` 0.1 ms (``client_queue_time``: the send's ``start_time`` less
+    ``request_arrival_time``, taken before the task that takes the semaphore is scheduled,
+    vllm/benchmarks/serve.py lines 974-984 and 1073)."""
+    if not cap or not len(sent):
+        return False
+    return int(in_flight_after(np.sort(sent), sent, end).max()) >= cap

@@ -58,9 +58,11 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    cap_reached,
     dig,
     finish_columns,
     first_number,
+    in_flight_after,
     load_json,
     max_tokens_note,
     number,
@@ -276,14 +278,52 @@ def _split_note(bench: Mapping[str, Any], index: int, cap: int) -> str | None:
     to v0.7.3 ``scheduler/worker_group.py`` ``per_proc_max_conc``, ``worker.py``
     ``_process_requests_loop``): no
     more than ``cap`` in flight, but a request waited for its own process's share even where
-    another had room. The simulation pools the cap: said."""
+    another had room. The simulation pools the cap: said only where a process's requests in
+    flight reached its share (:func:`_process_peaks`): where none did, none waited for it
+    (GuideLLM 0.3 at a constant 10 req/s, at most 33 in flight against about 34 a process)."""
     num = _worker_processes(bench)
     if num < 2 or _listed(bench) <= cap:
         return None
+    peaks = _process_peaks(bench)
+    full = [pid for k, pid in enumerate(sorted(peaks))
+            if peaks[pid] >= cap // num + (1 if k < cap % num else 0)]
+    if not full:  # no process ever held its share in flight: none waited for it
+        return None
     return (f"{index}: GuideLLM split its cap of {cap} in flight among the {num} worker "
-            f"processes the requests name, about {cap // num} each, and a request waited for "
-            f"its own process's share; replayed as one pool of {cap} (assumed: requests may "
-            "start sooner than they did where the load was uneven across processes)")
+            f"processes the requests name, about {cap // num} each, and "
+            f"{len(full)} of them held their share in flight at times (up to "
+            f"{max(peaks[p] for p in full)}), when a request waited for its own process's "
+            f"share; replayed as one pool of {cap} (assumed: requests may start sooner than "
+            "they did where the load was uneven across processes)")
+
+
+def _process_peaks(bench: Mapping[str, Any]) -> dict[int, int]:
+    """Each worker process's most requests in flight at once, by the process id
+    :func:`_worker_processes` reads (GuideLLM deals the first ``cap % processes`` of them, in
+    order, one slot more: v0.8.1 ``scheduler/worker_group.py``, lines 241-245), from its
+    requests' starts and ends (0.2-0.3 ``scheduler_info.request_start`` / ``request_end``, 0.4+
+    ``info.timings``; a request with no end in flight to the last)."""
+    requests = bench.get("requests")
+    times: dict[int, list[tuple[float, float]]] = {}
+    for key, rows in (requests.items() if isinstance(requests, dict) else ()):
+        for r in rows if key in KINDS and isinstance(rows, list) else ():
+            old = isinstance(r, dict) and "scheduler_info" in r
+            info = dig(r, "scheduler_info") if old else dig(r, "info", "timings")
+            pid = dig(r, "scheduler_info", "process_id") if old else \
+                dig(r, "info", "scheduler_process_id")
+            start, end = (info.get("request_start"), info.get("request_end")) \
+                if isinstance(info, dict) else (None, None)
+            if isinstance(pid, int) and not isinstance(pid, bool) and \
+                    isinstance(start, int | float) and not isinstance(start, bool):
+                stop = float(end) if isinstance(end, int | float) and \
+                    not isinstance(end, bool) else math.inf
+                times.setdefault(pid, []).append((float(start), stop))
+    peaks = {}
+    for pid, spans in times.items():
+        sent = np.array([a for a, _ in spans])
+        peaks[pid] = int(in_flight_after(np.sort(sent), sent,
+                                         np.array([b for _, b in spans])).max())
+    return peaks
 
 
 def _listed(bench: Mapping[str, Any]) -> int:
@@ -973,20 +1013,14 @@ def _offered(cols: _Columns, notes: list[str]) -> FloatArray:
 def _reached_cap(start: FloatArray, end: FloatArray, labels: Any,
                  caps: list[int]) -> dict[str, bool]:
     """Whether each stage's requests in flight (started, not ended: a request with no end, cut
-    or failed, counted to the last) ever reached its cap: where they never did, no request
-    waited for a slot, and a start after its targeted time is GuideLLM's own scheduling delay
-    (github.com/rsevilla87/guidellm-results-parser 0e467bc ``example_output/benchmarks.json``:
-    GuideLLM 0.3 at a constant 10 req/s capped at its default 512, at most 33 in flight, each
-    request started 0.1 to 12 ms after its targeted time)."""
-    ends = np.where(np.isfinite(end), end, np.inf)
+    or failed, counted to the last) ever reached its cap (:func:`cap_reached`, every reader's
+    rule): where they never did, no request waited for a slot, and a start after its targeted
+    time is GuideLLM's own scheduling delay."""
     full: dict[str, bool] = {}
     for label in set(labels.tolist()):
         rows = labels == label
         cap = max((c for c, r in zip(caps, rows, strict=True) if r), default=0)
-        began = np.sort(start[rows])
-        flight = np.arange(1, len(began) + 1) - np.searchsorted(
-            np.sort(ends[rows]), began, side="right")
-        full[label] = bool(len(began)) and int(flight.max()) >= cap
+        full[label] = cap_reached(start[rows], end[rows], cap)
     return full
 
 

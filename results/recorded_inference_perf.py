@@ -39,9 +39,9 @@ import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
+    cap_reached,
     dig,
     finish_columns,
-    in_flight_after,
     load_json,
     max_tokens_note,
     number,
@@ -544,8 +544,7 @@ def _concurrent_due(stage: RecordedStage, members: npt.NDArray[np.bool_], sent: 
     rows = np.flatnonzero(members)
     order = rows[np.argsort(sent[rows], kind="stable")]
     at = sent[order]
-    inflight = in_flight_after(at, sent[rows], end[rows])
-    if len(order) == 0 or inflight.max() < stage.max_concurrency:
+    if not cap_reached(sent[rows], end[rows], stage.max_concurrency):
         return stage
     ticks = due_ticks(load_type, np.random.default_rng(np.random.SeedSequence(seed)),
                       len(order), stage.request_rate)

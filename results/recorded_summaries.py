@@ -15,7 +15,8 @@ tool as its own keys show it, and what to pass instead (:func:`summary_refusal`)
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
@@ -595,27 +596,53 @@ _BENCH_SAID = (("backend", rb"\nBackend:\s+(\S+)"),
                ("max concurrency", rb"\nMaximum request concurrency:\s+(\S+)"),
                ("successful requests", rb"\nSuccessful requests:\s+(\d+)"))
 
+CONSOLE_HEAD = 1 << 16
+"""How much of a file the recordings' reader looks at to tell its format (its head)."""
 
-def bench_console_refusal(head: bytes) -> str | None:
+
+def _console_lines(path: Path) -> Iterator[bytes]:
+    """``path`` a line at a time (each prefixed with its newline, as :data:`_BENCH_SAID`'s
+    patterns read), at most 64 KiB read at once: a progress bar's line of carriage returns is
+    read in pieces, never the file whole. A piece that does not start a line gets no newline."""
+    with path.open("rb") as fh:
+        start = True
+        while piece := fh.readline(CONSOLE_HEAD):
+            yield (b"\n" if start else b"") + piece
+            start = piece.endswith(b"\n")
+
+
+def _console_runs(texts: Iterable[bytes]) -> tuple[int, dict[str, list[str]]]:
+    """How many runs ``texts`` (a file's head, or its lines) print (their summary banners, or
+    announced loads where more) and each setting's values in order."""
+    banners = announced = 0
+    values: dict[str, list[str]] = {name: [] for name, _ in _BENCH_SAID}
+    for text in texts:
+        banners += text.count(_BENCH_CONSOLE[0])
+        announced += text.count(b"\nTraffic request rate:")
+        for name, pattern in _BENCH_SAID:
+            values[name] += [v.decode("utf-8", "replace") for v in re.findall(pattern, text)]
+    return max(banners, announced), values
+
+
+def bench_console_refusal(head: bytes, path: Path | None = None) -> str | None:
     """Why a serving benchmark's console output (``vllm bench serve ... | tee bench.log``) is no
     recording: it prints its settings and summary, not each request; None for any other file
     (a JSON or YAML document is never one). Several runs printed to one file say each one's
     settings and how many there are: a sweep's log (github.com/thienlng/llm-bench-results-16-04
     5c16239 ``benchmark_results/results/minimax27/benchmark_summary.txt``, vllm bench serve at
     max concurrency 10 to 150, seven runs) was said as its first run alone ("max concurrency
-    10, successful requests 500")."""
+    10, successful requests 500"). Where ``head`` (the first 64 KiB) is not the whole file, the
+    runs and their settings are counted over ``path`` to its end, streamed a line at a time
+    (:func:`_console_lines`): only for this count, never loaded whole."""
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
             not any(mark in head for mark in _BENCH_CONSOLE):
         return None
-    runs = max(head.count(_BENCH_CONSOLE[0]), head.count(b"\nTraffic request rate:"))
-    said = []
-    for name, pattern in _BENCH_SAID:
-        found = dict.fromkeys(v.decode("utf-8", "replace") for v in re.findall(pattern, head))
-        if found:
-            said.append(f"{name} {'/'.join(found)}")
+    runs, values = _console_runs([head] if path is None or len(head) < CONSOLE_HEAD
+                                 else _console_lines(path))
+    said = [f"{name} {'/'.join(dict.fromkeys(values[name]))}"
+            for name, _ in _BENCH_SAID if values[name]]
     if runs > 1:  # runs one after another, tee'd to one file: each one's settings said
-        more = "at least " if len(head) >= 1 << 16 else ""
-        said.insert(0, f"{more}{runs} runs")
+        said.insert(0, f"{runs} runs")
     return ("is a serving benchmark's console output (vllm bench serve, or SGLang's or "
             "TensorRT-LLM's benchmark_serving, as printed" + (f": {', '.join(said)}" if said
                                                              else "") +

@@ -42,6 +42,7 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    cap_reached,
     dig,
     finish_columns,
     json_lines,
@@ -515,7 +516,8 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         sent = starts - float(starts.min())
         stage = _self_timed(path, doc, line, stage, sent, e2e, notes)
         notes.extend(_idle_note(stage, sent, np.where(failed, np.nan, e2e), where))
-        arrival = _offered(path, doc, line, stage, sent, notes)
+        arrival = _offered(path, doc, line, stage, sent, sent + np.where(failed, np.nan, e2e),
+                           notes)
         clock_s = float(starts.min()) + float(arrival.min())
         sent = sent - float(arrival.min())
         arrival = arrival - float(arrival.min())
@@ -629,15 +631,18 @@ def _self_timed(path: Path, doc: Mapping[str, Any], line: int | None, stage: Rec
 
 
 def _offered(path: Path, doc: Mapping[str, Any], line: int | None, stage: RecordedStage,
-             sent: FloatArray, notes: list[str]) -> FloatArray:
+             sent: FloatArray, end: FloatArray, notes: list[str]) -> FloatArray:
     """When the client meant to send each request of a run whose ``start_times`` are its send
     times (``sent``, rebased). A capped run's request waits for one of the ``max_concurrency``
     slots before it is sent (``benchmark()``'s semaphore; ``start_time`` is taken inside it):
     it was due ``queue_times`` earlier (``client_queue_time``, vllm/benchmarks/serve.py,
     ``limited_request_func``). A capped replay offers each request at its due time: at the
     send time it would wait for the recorded server's slots, so a faster simulated server
-    could not send sooner than the real one did."""
-    if stage.load != "capped":
+    could not send sooner than the real one did. A stage whose requests in flight (sent at
+    ``sent``, ended at ``end``) never reached its cap (:func:`cap_reached`) had no request wait
+    for a slot: its ``queue_times`` (0.1 ms in vLLM 0.32.0's own runs) are the client's
+    scheduling, load the server saw, and its requests are offered at their sends."""
+    if stage.load != "capped" or not cap_reached(sent, end, stage.max_concurrency):
         return sent
     queue = _numbers(path, doc, "queue_times", len(sent), line, required=False)
     if queue is None or not np.isfinite(queue).all():

@@ -328,7 +328,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
             return "evalscope"
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = (
-        bench_console_refusal(head)
+        bench_console_refusal(head, path)
         or server_log_refusal(head.split(b"\n", 1)[0])
         or mlperf_log_refusal(head)
         or html_refusal(head)

@@ -73,6 +73,7 @@ from kvbudget.studies.fit_uncertainty import (
     sensitivity,
     with_intervals,
 )
+from kvbudget.studies.flat_latency import flat_latency_said
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.studies.validate import (
     check_recorded_model,
@@ -248,6 +249,10 @@ class RecordedCalibration:
     """Each measured request's load stage (:func:`~kvbudget.studies.validate.
     recording_stages`): the table's output tokens/s, and its interval, count the time the
     stages ran, not the idle time between them."""
+    flat: str | None = None
+    """The warning of a recording whose TTFT or TPOT does not move with the prompt or the
+    batch as the fitted GPU's does (:func:`~kvbudget.studies.flat_latency.flat_latency_said`):
+    a server simulator or a fixed-latency mock."""
     search_stopped: int | None = None
     """``max_evals`` when the search of the step model's parameters ran out of it before it
     converged (or, at 1, did not run): the fitted values are where it stopped, not a minimum;
@@ -285,7 +290,7 @@ class RecordedCalibration:
             out += fixed_term_warnings(self.term.value_s, self.term.bounds)
         if self.search_stopped is not None:
             out.append(search_stopped_said(self.search_stopped))
-        return out
+        return out + ([self.flat] if self.flat else [])
 
     def intervals_on(self, measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
                      ) -> dict[str, tuple[float, float]]:
@@ -649,7 +654,8 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                                num_evals=trials.num_evals, start=start_values, fitted=fitted,
                                num_rows=num_rows, fixed=fixed, simulated=simulated,
                                uncertainty=post, sensitivity=sens, search_bounds=bounds,
-                               term=term, stages=tuple(stages))
+                               term=term, stages=tuple(stages),
+                               flat=flat_latency_said(model, measured, rows))
 
 
 def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]

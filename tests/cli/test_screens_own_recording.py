@@ -325,7 +325,31 @@ def test_converting_a_capped_stage_says_it_holds_the_due_times_not_the_sends(
     assert "the requests as the tool offered them (a capped stage's when each was due" in \
         flat(stdout)
     said = flat(stderr)
-    assert ("holds its requests at the times they were due, not their recorded sends (the tool "
-            "sent some later, when one of its 2 slots freed)") in said, stderr
+    assert ("holds its requests at the times they were due, not their recorded sends (its 2 "
+            "slots were all busy at times, and a request due then was sent when one freed): "
+            "72.2 ms before their recorded sends (median; at most") in said, stderr
     assert "at their recorded sends, which a simulation of it replays open loop without" \
         not in said
+
+
+def test_converting_a_capped_stage_says_exactly_which_times_it_holds(tmp_path: Path) -> None:
+    """vllm bench serve 0.32.0 at --request-rate 8 --max-concurrency 2: the ShareGPT run never
+    filled its two slots and is held at its sends; the BurstGPT run filled them at moments, and
+    its trace holds the due times (start_times less queue_times), 0.1 ms before the sends, which
+    the line said nowhere ("the tool sent some later")."""
+    files = RECORDINGS / "vllm-bench-0.32.0" / "files"
+    code, stdout, stderr = run("trace", "convert", files / "sharegpt_rate8_c2.json", "--out",
+                               tmp_path / "a.csv")
+    assert code == 0, stderr
+    assert "the requests as the tool sent them, on its clock" in flat(stdout)
+    assert ("at most 2 in flight: " + str(tmp_path / "a.csv") + " holds its requests at their "
+            "recorded sends, which a simulation of it replays open loop without that cap (a "
+            "slower simulated server does not hold a send back)") in flat(stderr), stderr
+    code, stdout, stderr = run("trace", "convert", files / "burstgpt_rate8_c2.json", "--out",
+                               tmp_path / "b.csv")
+    assert code == 0, stderr
+    assert "the requests as the tool offered them (a capped stage's when each was due" in \
+        flat(stdout)
+    assert ("holds its requests at the times they were due, not their recorded sends (its 2 "
+            "slots were all busy at times, and a request due then was sent when one freed): "
+            "0.108 ms before their recorded sends (median; at most 0.312 ms)") in flat(stderr)

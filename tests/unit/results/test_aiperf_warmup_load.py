@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvbudget.cli.recorded import recording_headline
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.results.recordings import RecordedStage, read_recording
 from kvbudget.simulator.engine_config import EngineConfig
@@ -139,3 +140,46 @@ def test_a_failed_warmup_request_is_told_apart_as_failed_in_the_warmup(tmp_path:
     said = served_refusals(rec, run.records)
     assert said is not None
     assert "(1 warmup error (Internal Server Error))" in said
+
+
+def test_a_failed_warmup_request_with_no_output_holds_its_user_until_it_failed(
+    tmp_path: Path,
+) -> None:
+    # the timed-out warm-up request (no output) was dropped from the warm-up's closed loop of
+    # 1 user, so the replay sent that user's next warm-up request at once, and the headline
+    # said it as "1 dropped (0 output tokens)": it was sent and failed, holding its user until
+    # then, as a profiling failure does (commit 964435de; _failed)
+    rec = read_recording(with_failed_warmups(tmp_path))
+    warm = rec.stages[0]
+    assert (warm.label, warm.load, warm.max_concurrency) == ("warm-up, concurrency 1", "capped", 1)
+    assert rec.stages[1] == RecordedStage("concurrency 4", "closed", None, 4)
+    said = recording_headline(rec)
+    assert "1 dropped (failed request)" in said and "0 output tokens" not in said, said
+    note = next(n for n in rec.notes if "failed with no output, not simulated" in n)
+    assert "held its user of the warm-up's closed loop of 1 until it failed" in note
+    assert not any("replayed as a closed loop of 1" in n for n in rec.notes)
+    # a fast simulated server: the next warm-up request still goes at its recorded send, not
+    # as soon as the simulated one before it ended
+    config = SimConfig(
+        engine=EngineConfig(
+            num_gpu_blocks=100, block_size=16, max_num_seqs=8, max_num_batched_tokens=2048
+        )
+    )
+    fast = LinearCostModel(
+        intercept_s=0.0005, per_prefill_token_s=0.0, per_decode_seq_s=0.0, per_context_token_s=0.0
+    )
+    run = simulate_recording(rec, config, cost_model=fast, frontend_overhead_s=0.0)
+    ids = rec.measured["request_id"][rec.measured["stage"] == warm.label].to_numpy()
+    sim = run.records.set_index("request_id").loc[ids, "arrival_s"].to_numpy()
+    assert np.allclose(
+        np.sort(sim),
+        np.sort(rec.workload.arrival_s[np.isin(rec.workload.request_id, ids)]),
+        atol=1e-9,
+    )
+
+
+def test_a_cancelled_profiling_request_is_said_cancelled_not_0_output_tokens() -> None:
+    # the real --request-cancellation-rate 50 run: its 3 cancelled requests were said
+    # "3 dropped (0 output tokens)"
+    said = recording_headline(read_recording(AIPERF / "cancel50_concurrency2.jsonl"))
+    assert said.endswith("7 measured, 3 dropped (cancelled)"), said

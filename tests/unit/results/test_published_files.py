@@ -509,9 +509,14 @@ SGLANG_CONSOLE = ("# request rate: 2\n\n============ Serving Benchmark Result ==
     ("".join(VLLM_CONSOLE.replace("concurrency: 8", f"concurrency: {c}").replace(
         "concurrency:             8", f"concurrency:             {c}") for c in (10, 25, 50)),
      "3 runs, request rate inf, max concurrency 10/25/50, successful requests 1000"),
-    # past the 64 KiB read, runs are not counted: said as at least those read
-    (VLLM_CONSOLE * 2 + "progress\r" * 8000 + VLLM_CONSOLE,
-     "at least 2 runs, request rate inf, max concurrency 8, successful requests 1000"),
+    # past the 64 KiB read to tell the format, the runs are counted to the file's end (a
+    # line at a time): "at least 2 runs" of 3
+    (VLLM_CONSOLE * 2 + "progress\r" * 8000 + VLLM_CONSOLE.replace("1000", "999"),
+     "3 runs, request rate inf, max concurrency 8, successful requests 1000/999"),
+    # a progress bar's 270 KB line of carriage returns is read in pieces
+    (VLLM_CONSOLE + "progress\r" * 30000 + "\n" + VLLM_CONSOLE.replace("concurrency: 8",
+     "concurrency: 16").replace("concurrency:             8", "concurrency:             16"),
+     "2 runs, request rate inf, max concurrency 8/16, successful requests 1000"),
     (SGLANG_CONSOLE + SGLANG_CONSOLE.replace("2.0", "4.0").replace("996", "998"),
      "2 runs, backend sglang, request rate 2.0/4.0, successful requests 996/998"),
 ])
@@ -789,11 +794,19 @@ def test_guidellm_0_2_0_3_cap_is_the_setting_split_among_worker_processes(
     path.write_text(json.dumps(doc))
     rec = read_recording(path)
     assert rec.stages[0].max_concurrency == 512
+    # at most 23 in flight in a process against its share of 51: none waited for it
+    assert not any("worker processes" in n for n in rec.notes)
+    for req in many:  # every copy sent and ended as the first: 60 in flight a process
+        req["scheduler_info"].update({k: reqs[0]["scheduler_info"][k]
+                                      for k in ("request_start", "request_end")})
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
     split = [n for n in rec.notes if "worker processes" in n]
     assert split == ["0: GuideLLM split its cap of 512 in flight among the 10 worker processes "
-                     "the requests name, about 51 each, and a request waited for its own "
-                     "process's share; replayed as one pool of 512 (assumed: requests may "
-                     "start sooner than they did where the load was uneven across processes)"]
+                     "the requests name, about 51 each, and 10 of them held their share in "
+                     "flight at times (up to 60), when a request waited for its own process's "
+                     "share; replayed as one pool of 512 (assumed: requests may start sooner "
+                     "than they did where the load was uneven across processes)"]
     # one process, or fewer requests than the cap: nothing to say
     for req in many:
         req["scheduler_info"]["process_id"] = 0

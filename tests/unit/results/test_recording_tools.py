@@ -698,7 +698,9 @@ def test_aiperf_cancelled_and_failed_records_are_counted_not_measured(tmp_path: 
     assert rec.counts["num_cancelled"] == 1
     assert rec.counts["num_measured"] == 18
     # the failed request generated nothing: dropped as the trace loader drops it, and counted
-    assert rec.counts["num_dropped_0_output_tokens"] == 1
+    # a failed request (it was sent and failed), not a row of 0 output tokens
+    assert rec.counts["num_dropped_failed_request"] == 1
+    assert "num_dropped_0_output_tokens" not in rec.counts
     # counted failed though not simulated, as AIPerf's error_request_count counts it
     assert rec.counts["num_failed"] == 1
     assert len(rec.workload) == 21
