@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,26 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
     for reason, count in loaded.report.dropped:
         counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
     return loaded.workload, counts, list(loaded.report.warnings)
+
+
+SHARED_TIMES_SAID = "share their timestamp with another"
+"""The words of the trace loader's warning of requests sharing a send time (a coarse clock)."""
+
+
+def without_shared_times(workload: Workload, warnings: list[str]) -> tuple[Workload, list[str]]:
+    """``workload`` and ``warnings`` less the trace loader's :data:`SHARED_TIMES_SAID`
+    warning, for a reader whose send times were drawn or rebuilt (a closed loop's users all
+    start at once, on purpose: there is no file clock to be coarse). The warning goes from the
+    workload's ``meta`` too, which ``trace convert`` prints and a simulation of the workload
+    writes in its summary: dropped from the notes alone, validate hid it while ``trace
+    convert`` of SGLang 0.5.9's ``concurrency4.jsonl`` told the user to ``--spread-s`` times
+    kvbudget had rebuilt itself."""
+    kept = [w for w in warnings if SHARED_TIMES_SAID not in w]
+    said = workload.meta.get("warnings")
+    if isinstance(said, tuple):
+        workload = replace(workload, meta={**workload.meta, "warnings": tuple(
+            w for w in said if SHARED_TIMES_SAID not in str(w))})
+    return workload, kept
 
 
 def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> str:

@@ -47,6 +47,7 @@ from kvbudget.results.recorded_fields import (
     json_lines,
     max_tokens_note,
     number,
+    without_shared_times,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
@@ -947,7 +948,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     if any(st.send_times == "redrawn" for st in stages):
         # the times were drawn here (bench_arrivals): a run at rate inf, or a closed loop's
         # first users, share theirs on purpose; the file has no clock to be coarse
-        warnings = [w for w in warnings if "share their timestamp with another" not in w]
+        workload, warnings = without_shared_times(workload, warnings)
     rows = workload.request_id
     failed = cat([r.failed for r in runs])
     stage_of = cat([np.full(len(r.prompt), k) for k, r in enumerate(runs)])
