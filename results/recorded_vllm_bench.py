@@ -51,6 +51,7 @@ from kvbudget.results.recorded_fields import (
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
+from kvbudget.results.recorded_sglang_client import sglang_outputs_said
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import (
@@ -939,12 +940,16 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     cat = np.concatenate
     max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
     recorded = max_tokens if np.isfinite(max_tokens).any() else None
+    first = docs[0][1]
+    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
+    outputs = sglang_outputs_said(first) if tool == SGLANG else None
     workload, counts, warnings = finish_columns(
         path, "vllm-bench", prompt=cat([r.prompt for r in runs]),
         output=cat([r.output for r in runs]), arrival=cat(arrivals),
         fields={"prompt_tokens": "input_lens", "output_tokens": "output_lens",
                 "arrival_s": "start_times", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        assumed=(outputs.assumed,) if outputs and outputs.assumed else ())
     if any(st.send_times == "redrawn" for st in stages):
         # the times were drawn here (bench_arrivals): a run at rate inf, or a closed loop's
         # first users, share theirs on purpose; the file has no clock to be coarse
@@ -958,11 +963,11 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     peaks = {lab: p for lab, (_, doc) in zip(labels, docs, strict=True)
              if (p := recorded_peak(doc)) is not None}
     config.update({PEAK_KEY: peaks} if peaks else {})  # said beside the simulated one
-    first = docs[0][1]
-    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
-    notes.append(max_tokens_note(recorded, max_output_rule))
+    asked = outputs.max_tokens if outputs and recorded is None and max_output_rule is None \
+        else None  # SGLang's output_lens are the max_tokens asked: not "realised" (unknown)
+    notes.append(asked or max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
-        notes.append(ignore_eos_note(first, tool))
+        notes.append(outputs.eos if outputs else ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
     release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
     notes.extend([release] if release and tool == TOOL else [])

@@ -126,3 +126,52 @@ def test_a_multi_turn_run_is_refused_naming_what_the_file_lacks() -> None:
     one = read_recording(SGLANG / "gsp_rate8.jsonl")
     assert sorted(one.workload.prompt_tokens) == sorted(lines("gsp_rate8.jsonl")[0]["input_lens"])
     assert any(n.startswith("dataset generated-shared-prefix: ") for n in one.notes)
+
+
+@pytest.mark.parametrize(("name", "backend"), [
+    ("rate8.jsonl", "vllm"), ("chat_range05_rate8.jsonl", "vllm-chat"),
+    ("append.jsonl", "sglang-oai")])
+def test_output_lens_are_said_to_be_the_lengths_asked(name: str, backend: str) -> None:
+    """SGLang 0.5.9's completions and chat backends save as each request's output length the
+    ``max_tokens`` they asked for unless the server streamed a usage (``output_len =
+    (data.get("usage") or {}).get("completion_tokens", output_len)``), which neither vLLM nor
+    SGLang's server does unasked: the CPU vLLM's runs hold 16 for every request of
+    ``--random-output-len 16 --random-range-ratio 1.0`` though their retokenized texts count
+    fewer. kvbudget called them "its realised output length" and said of ignore_eos only
+    that it was not recorded; the client sends it true unless ``--disable-ignore-eos``, and
+    with the flag each is an upper bound. Said, and assumed in what trace convert writes."""
+    doc = lines(name)[0]
+    assert doc["backend"] == backend
+    assert "ignore_eos" not in doc and "disable_ignore_eos" not in doc  # not recorded
+    rec = read_recording(SGLANG / name)
+    eos = [n for n in rec.notes if n.startswith("ignore_eos: ")]
+    assert len(eos) == 1
+    assert "saves neither it nor --disable-ignore-eos" in eos[0]
+    assert "sends ignore_eos true unless run with --disable-ignore-eos" in eos[0]
+    assert f"Backend {backend}'s output_lens are the max_tokens the client asked for" in eos[0]
+    assert "ASSUMED ignore_eos true" in eos[0] and "each is an upper bound" in eos[0]
+    assert not any("realised output length" in n for n in rec.notes)
+    assert any(n.startswith(f"max_tokens: each request's output_lens, the max_tokens backend "
+                            f"{backend}'s client asked for") for n in rec.notes)
+    assumed = rec.workload.meta["assumed"]
+    assert isinstance(assumed, tuple)
+    assert any(str(a).startswith("ignore_eos true for every request (SGLang's client's "
+                                 "default") for a in assumed)
+
+
+@pytest.mark.parametrize(("backend", "said"), [
+    ("sglang", "output_lens are the server's count of the tokens it generated"),
+    ("trt", "output_lens are the max_tokens the client asked for, not a count")])
+def test_output_lens_said_per_backend(tmp_path: Path, backend: str, said: str) -> None:
+    """Hand-made beside the real runs: ``sglang`` (/generate) saves the server's
+    ``meta_info.completion_tokens``, what it generated (nothing assumed); ``trt`` always the
+    ``max_tokens`` asked (0.5.9 ``async_request_trt_llm``: no usage read)."""
+    doc = {**lines("rate8.jsonl")[0], "backend": backend}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    rec = read_recording(path)
+    eos = [n for n in rec.notes if n.startswith("ignore_eos: ")]
+    assert len(eos) == 1 and said in eos[0]
+    assumed = rec.workload.meta["assumed"]
+    assert isinstance(assumed, tuple)
+    assert any(str(a).startswith("ignore_eos true") for a in assumed) == (backend == "trt")
