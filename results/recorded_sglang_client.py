@@ -39,15 +39,23 @@ from typing import Any
 SERVER_COUNTED = ("sglang", "sglang-native")
 """Backends whose ``output_lens`` are the server's count of the tokens generated."""
 
-ASKED_UNLESS_USAGE = ("vllm", "sglang-oai", "lmdeploy", "vllm-chat", "sglang-oai-chat",
-                      "lmdeploy-chat")
+ASKED_UNLESS_USAGE = (
+    "vllm",
+    "sglang-oai",
+    "lmdeploy",
+    "vllm-chat",
+    "sglang-oai-chat",
+    "lmdeploy-chat",
+)
 """Backends whose ``output_lens`` are the ``max_tokens`` asked unless the server streamed a usage."""
 
 ASKED = ("trt", "truss")
 """Backends whose ``output_lens`` are the ``max_tokens`` asked, always."""
 
-SENT = ("its client sends ignore_eos true unless run with --disable-ignore-eos (or an "
-        "--extra-request-body with an ignore_eos of its own)")
+SENT = (
+    "its client sends ignore_eos true unless run with --disable-ignore-eos (or an "
+    "--extra-request-body with an ignore_eos of its own)"
+)
 
 
 @dataclass(frozen=True)
@@ -65,17 +73,23 @@ def sglang_outputs_said(doc: Mapping[str, Any]) -> OutputsSaid:
     """What the ``output_lens`` of an SGLang ``bench_serving`` run of ``doc``'s backend hold,
     and what it sent as ``ignore_eos`` (the module's docstring)."""
     backend = str(doc.get("backend"))
-    head = "ignore_eos: not recorded in the file (sglang.bench_serving saves neither it nor " \
+    head = (
+        "ignore_eos: not recorded in the file (sglang.bench_serving saves neither it nor "
         f"--disable-ignore-eos); {SENT}"
+    )
     if backend in SERVER_COUNTED:
         return OutputsSaid(
             f"{head}. Backend {backend}'s output_lens are the server's count of the tokens it "
-            "generated (meta_info.completion_tokens), whichever it was: simulated as generated")
+            "generated (meta_info.completion_tokens), whichever it was: simulated as generated"
+        )
     if backend not in (*ASKED_UNLESS_USAGE, *ASKED):
         return OutputsSaid(f"{head} (backend {backend[:40]})")
-    unless = ("" if backend in ASKED else
-              " (or a usage's completion_tokens, which vLLM's and SGLang's servers stream only "
-              "when asked: --extra-request-body stream_options)")
+    unless = (
+        ""
+        if backend in ASKED
+        else " (or a usage's completion_tokens, which vLLM's and SGLang's servers stream only "
+        "when asked: --extra-request-body stream_options)"
+    )
     return OutputsSaid(
         f"{head}. Backend {backend}'s output_lens are the max_tokens the client asked "
         f"for{unless}, not a count of what the server generated: ASSUMED ignore_eos true, its "
@@ -88,4 +102,30 @@ def sglang_outputs_said(doc: Mapping[str, Any]) -> OutputsSaid:
         assumed=f"ignore_eos true for every request (SGLang's client's default; the file does "
         f"not record --disable-ignore-eos): each output_lens, the max_tokens backend {backend}'s "
         "client asked for, taken as the tokens the server generated (with --disable-ignore-eos "
-        "they are upper bounds)")
+        "they are upper bounds)",
+    )
+
+
+def fast_prepare_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a ``--dataset-name generated-shared-prefix --gsp-fast-prepare`` run is refused: the
+    flag saves 1 as every prompt's length, "which will make some output statistics inaccurate"
+    (its help; 0.5.9 sglang/bench_serving.py ``sample_generated_shared_prefix_requests``:
+    ``prompt_len = 1 if getattr(args, "gsp_fast_prepare", False) else
+    len(tokenizer.encode(turn_prompts[0]))``; 0.5.23 sglang/benchmark/datasets/
+    generated_shared_prefix.py the same), while each prompt was its group's system prompt, two
+    newlines and a question, never one token: read, every request was simulated with a
+    one-token prompt."""
+    lens = doc.get("input_lens")
+    if (
+        doc.get("dataset_name") != "generated-shared-prefix"
+        or not isinstance(lens, list)
+        or not lens
+        or any(x != 1 or isinstance(x, bool) for x in lens)
+    ):
+        return None
+    return (
+        f"1 for each of the {len(lens)} prompts of an SGLang bench_serving "
+        "generated-shared-prefix run, each its group's system prompt and a question: "
+        "--gsp-fast-prepare saves 1 in place of each prompt's length, which the file does "
+        "not hold, so its prompts cannot be simulated; record it without --gsp-fast-prepare"
+    )

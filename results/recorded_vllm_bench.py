@@ -51,7 +51,7 @@ from kvbudget.results.recorded_fields import (
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
-from kvbudget.results.recorded_sglang_client import sglang_outputs_said
+from kvbudget.results.recorded_sglang_client import fast_prepare_problem, sglang_outputs_said
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import (
@@ -478,6 +478,9 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
     _refuse_trace_sends(path, doc, line)
     _refuse_multi_turn(path, doc, line)
+    fast = fast_prepare_problem(doc) if is_sglang(doc) else None
+    if fast:
+        raise TraceError(path, fast, **_where(line, "input_lens"))
     refuse_pooling(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None

@@ -175,3 +175,28 @@ def test_output_lens_said_per_backend(tmp_path: Path, backend: str, said: str) -
     assumed = rec.workload.meta["assumed"]
     assert isinstance(assumed, tuple)
     assert any(str(a).startswith("ignore_eos true") for a in assumed) == (backend == "trt")
+
+
+def test_a_fast_prepared_shared_prefix_run_is_refused(tmp_path: Path) -> None:
+    """``--gsp-fast-prepare`` saves 1 as every prompt's length (0.5.9
+    ``sample_generated_shared_prefix_requests``: ``prompt_len = 1``): the real one-turn run's
+    line with its ``input_lens`` as that flag writes them (hand-made beside it) was read as 10
+    one-token prompts. The real run's prompts (a 16-token system prompt and a 16-token question
+    each) are read as the file counts them, and its unused ``random_*`` defaults (1024, ratio
+    0.0) are read as nothing."""
+    doc = lines("gsp_rate8.jsonl")[0]
+    assert (doc["random_input_len"], doc["random_range_ratio"]) == (1024, 0.0)  # unused
+    real = read_recording(SGLANG / "gsp_rate8.jsonl")
+    assert sorted(real.workload.prompt_tokens) == sorted(doc["input_lens"])
+    assert sorted(real.workload.output_tokens) == sorted(doc["output_lens"])  # 16, not 1024
+    assert not any("1024" in n for n in real.notes)
+    assert "random_input_len" not in real.config and "random_range_ratio" not in real.config
+    fast = {**doc, "input_lens": [1] * len(doc["input_lens"]),
+            "total_input_tokens": len(doc["input_lens"])}
+    path = tmp_path / "gsp_fast.jsonl"
+    path.write_text(json.dumps(fast) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == "input_lens"
+    assert "--gsp-fast-prepare saves 1 in place of each prompt's length" in str(info.value)
+    assert "record it without --gsp-fast-prepare" in str(info.value)
