@@ -814,17 +814,25 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
 
 def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
     """SGLang's ``--dataset-name generated-shared-prefix`` builds each prompt as one of
-    ``--gsp-num-groups`` system prompts of ``--gsp-system-prompt-len`` tokens (2048 by default)
-    plus a question (python/sglang/bench_serving.py ``sample_generated_shared_prefix_requests``),
-    so the server's prefix cache served most of each prompt; the result saves the dataset's
-    name but neither the groups nor the lengths, so the simulated requests share nothing."""
+    ``--gsp-num-groups`` system prompts (64 by default) of ``--gsp-system-prompt-len`` random
+    tokens (2048 by default; each group's drawn in ``[len * --gsp-range-ratio, len]``, the ratio
+    1.0 by default) plus a question (0.5.9 sglang/bench_serving.py
+    ``sample_generated_shared_prefix_requests`` and its arguments), so the server's prefix cache
+    served most of each prompt; the result saves the dataset's name but none of the ``gsp``
+    settings, only the ``random`` dataset's ``random_input_len``, ``random_output_len`` and
+    ``random_range_ratio``, unused by this one (1024, 1024 and 0.0 by default in SGLang 0.5.9's
+    real run here, whose lengths were 16), so the simulated requests share nothing."""
     if not (is_sglang(doc) and doc.get("dataset_name") == "generated-shared-prefix"):
         return None
     return ("dataset generated-shared-prefix: SGLang's prompts shared their group's system "
-            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which a server's "
-            "prefix cache reuses; the file records neither the groups nor the lengths, so the "
-            "simulated requests share no prefix and compute every prompt whole: their TTFTs "
-            "are not comparable with the recorded ones")
+            "prompt (--gsp-num-groups groups, 64 by default, each a system prompt of "
+            "--gsp-system-prompt-len random tokens, 2048 by default, or fewer drawn with "
+            "--gsp-range-ratio under 1), which a server's prefix cache reuses; the file records "
+            "none of the gsp settings (its random_input_len, random_output_len and "
+            "random_range_ratio are the random dataset's, unused here: each request's lengths "
+            "are its input_lens and output_lens), so the simulated requests share no prefix "
+            "and compute every prompt whole: their TTFTs are not comparable with the recorded "
+            "ones")
 
 
 SGLANG_CHAT_BACKENDS = ("sglang-oai-chat", "vllm-chat", "lmdeploy-chat")
