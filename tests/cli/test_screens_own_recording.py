@@ -353,3 +353,13 @@ def test_trace_convert_does_not_warn_of_shared_times_validate_hid(
     assert code == 0, stderr
     assert "share their timestamp" not in stderr
     assert "--spread-s" not in stderr
+
+
+def test_trace_convert_says_a_loader_warning_once(tmp_path: Path) -> None:
+    """A warning of the trace loader that the reader also gives as a note ("dropped 3 of the
+    file's 10 rows": AIPerf's cancelled requests) was printed twice by trace convert, as a note
+    and as a warning; validate prints it once."""
+    path = RECORDINGS / "aiperf-0.13.0" / "cancel50_concurrency2.jsonl"
+    code, _, stderr = run("trace", "convert", path, "--out", tmp_path / "t.jsonl")
+    assert code == 0, stderr
+    assert flat(stderr).count("dropped 3 of the file's 10 rows") == 1, stderr
