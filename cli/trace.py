@@ -259,7 +259,9 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
     """What the converted trace holds that the recording assumed, and what it cannot hold."""
     lines = [f"note: {rec.path}: {text}" for text in rec.notes]
     said = load_said(rec.workload.meta)
-    lines += [f"warning: {rec.path}: {text}" for text in said.get("warnings", ())]
+    # the trace loader's warnings the reader also gave as notes (validate prints those): once
+    lines += [f"warning: {rec.path}: {text}" for text in said.get("warnings", ())
+              if text not in rec.notes]
     assumed = [f"assumed: {rec.path}: {text}" for text in said.get("assumed", ())]
     lines += assumed
     if assumed:  # the generic format has no place to say so

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,7 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
                    completion_order: bool = False,
                    prefix: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
                    prefix_block_tokens: int | None = None,
+                   assumed: tuple[str, ...] = (),
                    ) -> tuple[Workload, dict[str, int], list[str]]:
     """A workload from per-request columns, validated and transformed as a trace file's
     (errors name the row and the file's field); request ids are the 0-based rows.
@@ -146,18 +148,40 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
     ``completion_order``: the tool writes its requests as they complete, so they are sorted by
     send time without the trace loader's "timestamps are not in order" note (noise there).
     ``prefix``: per-row prefix hashes (flat hashes and row offsets, as a trace's ``hash_ids``),
-    each naming ``prefix_block_tokens`` prompt tokens."""
+    each naming ``prefix_block_tokens`` prompt tokens. ``assumed``: what the reader took that
+    the file does not say, kept with the trace loader's own assumptions in the workload's
+    ``meta`` (what ``trace convert`` says its output holds as if the file had said it)."""
     rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
     raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
                    max_output=max_output, fields=fields, rows_read=len(prompt), labels={},
                    completion_order=completion_order, prefix=prefix,
-                   prefix_block_tokens=prefix_block_tokens)
+                   prefix_block_tokens=prefix_block_tokens, assumed=list(assumed))
     loaded = finish(raw, TraceOptions(default_tier=default_tier, max_output=rule),
                     Streams.from_seed(0))
     counts = {"num_rows_read": loaded.report.rows_read}
     for reason, count in loaded.report.dropped:
         counts["num_dropped_" + reason.split(" (")[0].replace(" ", "_")] = count
     return loaded.workload, counts, list(loaded.report.warnings)
+
+
+SHARED_TIMES_SAID = "share their timestamp with another"
+"""The words of the trace loader's warning of requests sharing a send time (a coarse clock)."""
+
+
+def without_shared_times(workload: Workload, warnings: list[str]) -> tuple[Workload, list[str]]:
+    """``workload`` and ``warnings`` less the trace loader's :data:`SHARED_TIMES_SAID`
+    warning, for a reader whose send times were drawn or rebuilt (a closed loop's users all
+    start at once, on purpose: there is no file clock to be coarse). The warning goes from the
+    workload's ``meta`` too, which ``trace convert`` prints and a simulation of the workload
+    writes in its summary: dropped from the notes alone, validate hid it while ``trace
+    convert`` of SGLang 0.5.9's ``concurrency4.jsonl`` told the user to ``--spread-s`` times
+    kvbudget had rebuilt itself."""
+    kept = [w for w in warnings if SHARED_TIMES_SAID not in w]
+    said = workload.meta.get("warnings")
+    if isinstance(said, tuple):
+        workload = replace(workload, meta={**workload.meta, "warnings": tuple(
+            w for w in said if SHARED_TIMES_SAID not in str(w))})
+    return workload, kept
 
 
 def max_tokens_note(recorded: FloatArray | None, rule: MaxOutputRule | None) -> str:

@@ -52,6 +52,7 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
     number,
     time_limit_note,
+    without_shared_times,
 )
 from kvbudget.results.recorded_genai_bench_server import (
     GENAI_BENCH_ENGINES,
@@ -502,7 +503,7 @@ def read_genai_bench(path: Path, default_tier: str,
              *([unstreamed] if unstreamed else [])]
     # the send times were rebuilt here (_schedule): a run's users all start at once, so its
     # first requests share their time on purpose; the file has no clock to be coarse
-    warnings = [w for w in warnings if "share their timestamp with another" not in w]
+    workload, warnings = without_shared_times(workload, warnings)
     return build_recording(path, "genai-bench", workload,
                            ttft=ttft[keep], e2e=e2e[keep],
                            status=[status[i] for i in keep.tolist()],

@@ -72,13 +72,3 @@ def clip_to_ramps(offered: FloatArray, due: FloatArray, labels: npt.NDArray[Any]
             continue
         out[rows] = np.minimum(out[rows], float(starts.min()) + hold)
     return out
-
-
-def without_clip_ties(warnings: list[str], holds: Mapping[str, float]) -> list[str]:
-    """The trace loader's warnings less its "share their timestamp" one where a ramped stage
-    was read: its later requests are offered at one time, the ramp's last, on purpose (a
-    closed loop's users, held only by a free slot), not because the report's clock is coarse
-    (GuideLLM times each request to the microsecond), so spreading them would be wrong."""
-    if not holds:
-        return warnings
-    return [w for w in warnings if "share their timestamp with another" not in w]

@@ -55,6 +55,7 @@ from kvbudget.results.recorded_fields import (
     json_lines,
     load_json,
     max_tokens_note,
+    without_shared_times,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
@@ -292,7 +293,7 @@ def read_otel(path: Path, default_tier: str,
     kept = [spans[r] for r in order.tolist()]
     if len({s.start_ns for s in spans}) == len({(s.start_ns, s.request_id) for s in spans}):
         # every tie is one request's sequences (n > 1): they did arrive together
-        warnings = [w for w in warnings if "share their timestamp with another" not in w]
+        workload, warnings = without_shared_times(workload, warnings)
     counts["num_failed"] = sum(s.status != "completed" for s in kept)
     notes = [*_notes(spans, others),
              max_tokens_note(max_tokens, max_output_rule)]

@@ -48,9 +48,11 @@ from kvbudget.results.recorded_fields import (
     json_lines,
     max_tokens_note,
     number,
+    without_shared_times,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recorded_refusals import say_context_refusals
+from kvbudget.results.recorded_sglang_client import fast_prepare_problem, sglang_outputs_said
 from kvbudget.results.recorded_sglang_pd import pd_model_path, pd_view
 from kvbudget.results.recorded_sglang_server import sglang_server
 from kvbudget.results.recorded_summaries import (
@@ -477,6 +479,9 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
          notes: list[str]) -> _Run:
     _refuse_trace_sends(path, doc, line)
     _refuse_multi_turn(path, doc, line)
+    fast = fast_prepare_problem(doc) if is_sglang(doc) else None
+    if fast:
+        raise TraceError(path, fast, **_where(line, "input_lens"))
     refuse_pooling(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
@@ -814,17 +819,25 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
 
 def _shared_prefix_note(doc: Mapping[str, Any]) -> str | None:
     """SGLang's ``--dataset-name generated-shared-prefix`` builds each prompt as one of
-    ``--gsp-num-groups`` system prompts of ``--gsp-system-prompt-len`` tokens (2048 by default)
-    plus a question (python/sglang/bench_serving.py ``sample_generated_shared_prefix_requests``),
-    so the server's prefix cache served most of each prompt; the result saves the dataset's
-    name but neither the groups nor the lengths, so the simulated requests share nothing."""
+    ``--gsp-num-groups`` system prompts (64 by default) of ``--gsp-system-prompt-len`` random
+    tokens (2048 by default; each group's drawn in ``[len * --gsp-range-ratio, len]``, the ratio
+    1.0 by default) plus a question (0.5.9 sglang/bench_serving.py
+    ``sample_generated_shared_prefix_requests`` and its arguments), so the server's prefix cache
+    served most of each prompt; the result saves the dataset's name but none of the ``gsp``
+    settings, only the ``random`` dataset's ``random_input_len``, ``random_output_len`` and
+    ``random_range_ratio``, unused by this one (1024, 1024 and 0.0 by default in SGLang 0.5.9's
+    real run here, whose lengths were 16), so the simulated requests share nothing."""
     if not (is_sglang(doc) and doc.get("dataset_name") == "generated-shared-prefix"):
         return None
     return ("dataset generated-shared-prefix: SGLang's prompts shared their group's system "
-            "prompt (--gsp-system-prompt-len tokens, 2048 by default), which a server's "
-            "prefix cache reuses; the file records neither the groups nor the lengths, so the "
-            "simulated requests share no prefix and compute every prompt whole: their TTFTs "
-            "are not comparable with the recorded ones")
+            "prompt (--gsp-num-groups groups, 64 by default, each a system prompt of "
+            "--gsp-system-prompt-len random tokens, 2048 by default, or fewer drawn with "
+            "--gsp-range-ratio under 1), which a server's prefix cache reuses; the file records "
+            "none of the gsp settings (its random_input_len, random_output_len and "
+            "random_range_ratio are the random dataset's, unused here: each request's lengths "
+            "are its input_lens and output_lens), so the simulated requests share no prefix "
+            "and compute every prompt whole: their TTFTs are not comparable with the recorded "
+            "ones")
 
 
 SGLANG_CHAT_BACKENDS = ("sglang-oai-chat", "vllm-chat", "lmdeploy-chat")
@@ -943,16 +956,20 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     cat = np.concatenate
     max_tokens = cat([np.full(len(r.prompt), r.max_tokens) for r in runs])
     recorded = max_tokens if np.isfinite(max_tokens).any() else None
+    first = docs[0][1]
+    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
+    outputs = sglang_outputs_said(first) if tool == SGLANG else None
     workload, counts, warnings = finish_columns(
         path, "vllm-bench", prompt=cat([r.prompt for r in runs]),
         output=cat([r.output for r in runs]), arrival=cat(arrivals),
         fields={"prompt_tokens": "input_lens", "output_tokens": "output_lens",
                 "arrival_s": "start_times", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule)
+        default_tier=default_tier, max_output=recorded, max_output_rule=max_output_rule,
+        assumed=(outputs.assumed,) if outputs and outputs.assumed else ())
     if any(st.send_times == "redrawn" for st in stages):
         # the times were drawn here (bench_arrivals): a run at rate inf, or a closed loop's
         # first users, share theirs on purpose; the file has no clock to be coarse
-        warnings = [w for w in warnings if "share their timestamp with another" not in w]
+        workload, warnings = without_shared_times(workload, warnings)
     rows = workload.request_id
     failed = cat([r.failed for r in runs])
     stage_of = cat([np.full(len(r.prompt), k) for k, r in enumerate(runs)])
@@ -962,11 +979,11 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     peaks = {lab: p for lab, (_, doc) in zip(labels, docs, strict=True)
              if (p := recorded_peak(doc)) is not None}
     config.update({PEAK_KEY: peaks} if peaks else {})  # said beside the simulated one
-    first = docs[0][1]
-    tool = SGLANG if is_sglang(first) else TRTLLM if is_trtllm(first) else TOOL
-    notes.append(max_tokens_note(recorded, max_output_rule))
+    asked = outputs.max_tokens if outputs and recorded is None and max_output_rule is None \
+        else None  # SGLang's output_lens are the max_tokens asked: not "realised" (unknown)
+    notes.append(asked or max_tokens_note(recorded, max_output_rule))
     if "ignore_eos" not in config:
-        notes.append(ignore_eos_note(first, tool))
+        notes.append(outputs.eos if outputs else ignore_eos_note(first, tool))
     notes.extend(n for line, doc in docs if (n := server_metrics_note(doc, line)))
     release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
     notes.extend([release] if release and tool == TOOL else [])

@@ -353,3 +353,37 @@ def test_converting_a_capped_stage_says_exactly_which_times_it_holds(tmp_path: P
     assert ("holds its requests at the times they were due, not their recorded sends (its 2 "
             "slots were all busy at times, and a request due then was sent when one freed): "
             "0.108 ms before their recorded sends (median; at most 0.312 ms)") in flat(stderr)
+
+
+@pytest.mark.parametrize("name", [
+    "sglang-0.5.9/concurrency4.jsonl",  # a closed loop's users start at once: times rebuilt
+    "guidellm-0.8.1/rampup2_concurrent4.json",  # a ramp's later requests offered at its end
+    "vllm-otel-0.32.0/curl_n2_abandoned.jsonl",  # one request's two sequences
+    # genai-bench's users all start at once (its sends rebuilt)
+    "genai-bench-0.0.5/two_scenarios/D64_128_text-to-text_num_concurrency_2_time_2s.json"])
+def test_trace_convert_does_not_warn_of_shared_times_validate_hid(
+        tmp_path: Path, name: str) -> None:
+    """The readers drop the trace loader's "share their timestamp ... --spread-s" warning where
+    the ties are theirs (rebuilt sends, a ramp's hold, one request's sequences), so validate
+    does not print it; it stayed in the workload's meta, which trace convert prints (and a
+    simulation of the recording writes in its summary): trace convert of SGLang 0.5.9's
+    concurrency4.jsonl told the user to spread times kvbudget had rebuilt itself."""
+    rec = read_recording(RECORDINGS / name)
+    assert not any("share their timestamp" in n for n in rec.notes)
+    said = rec.workload.meta.get("warnings", ())
+    assert isinstance(said, tuple)
+    assert not any("share their timestamp" in str(w) for w in said)
+    code, _, stderr = run("trace", "convert", RECORDINGS / name, "--out", tmp_path / "t.jsonl")
+    assert code == 0, stderr
+    assert "share their timestamp" not in stderr
+    assert "--spread-s" not in stderr
+
+
+def test_trace_convert_says_a_loader_warning_once(tmp_path: Path) -> None:
+    """A warning of the trace loader that the reader also gives as a note ("dropped 3 of the
+    file's 10 rows": AIPerf's cancelled requests) was printed twice by trace convert, as a note
+    and as a warning; validate prints it once."""
+    path = RECORDINGS / "aiperf-0.13.0" / "cancel50_concurrency2.jsonl"
+    code, _, stderr = run("trace", "convert", path, "--out", tmp_path / "t.jsonl")
+    assert code == 0, stderr
+    assert flat(stderr).count("dropped 3 of the file's 10 rows") == 1, stderr

@@ -196,7 +196,8 @@ def test_sglang_bench_serving_output_is_named_as_sglangs(tmp_path: Path) -> None
     rec = read_recording(path)
     assert rec.tool == "sglang.bench_serving"
     assert rec.config["model"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert any("(sglang.bench_serving does not save it)" in n for n in rec.notes)
+    assert any("(sglang.bench_serving saves neither it nor --disable-ignore-eos)" in n
+               for n in rec.notes)
     assert read_recording(VLLM / "rate8.json").tool == "vllm bench serve"
     other = {**line, "server_info": {"model_path": "Qwen/Qwen2.5-72B-Instruct"}}
     path.write_text(json.dumps(line) + "\n" + json.dumps(other) + "\n")

@@ -126,3 +126,91 @@ def test_a_multi_turn_run_is_refused_naming_what_the_file_lacks() -> None:
     one = read_recording(SGLANG / "gsp_rate8.jsonl")
     assert sorted(one.workload.prompt_tokens) == sorted(lines("gsp_rate8.jsonl")[0]["input_lens"])
     assert any(n.startswith("dataset generated-shared-prefix: ") for n in one.notes)
+
+
+@pytest.mark.parametrize(("name", "backend"), [
+    ("rate8.jsonl", "vllm"), ("chat_range05_rate8.jsonl", "vllm-chat"),
+    ("append.jsonl", "sglang-oai")])
+def test_output_lens_are_said_to_be_the_lengths_asked(name: str, backend: str) -> None:
+    """SGLang 0.5.9's completions and chat backends save as each request's output length the
+    ``max_tokens`` they asked for unless the server streamed a usage (``output_len =
+    (data.get("usage") or {}).get("completion_tokens", output_len)``), which neither vLLM nor
+    SGLang's server does unasked: the CPU vLLM's runs hold 16 for every request of
+    ``--random-output-len 16 --random-range-ratio 1.0`` though their retokenized texts count
+    fewer. kvbudget called them "its realised output length" and said of ignore_eos only
+    that it was not recorded; the client sends it true unless ``--disable-ignore-eos``, and
+    with the flag each is an upper bound. Said, and assumed in what trace convert writes."""
+    doc = lines(name)[0]
+    assert doc["backend"] == backend
+    assert "ignore_eos" not in doc and "disable_ignore_eos" not in doc  # not recorded
+    rec = read_recording(SGLANG / name)
+    eos = [n for n in rec.notes if n.startswith("ignore_eos: ")]
+    assert len(eos) == 1
+    assert "saves neither it nor --disable-ignore-eos" in eos[0]
+    assert "sends ignore_eos true unless run with --disable-ignore-eos" in eos[0]
+    assert f"Backend {backend}'s output_lens are the max_tokens the client asked for" in eos[0]
+    assert "ASSUMED ignore_eos true" in eos[0] and "each is an upper bound" in eos[0]
+    assert not any("realised output length" in n for n in rec.notes)
+    assert any(n.startswith(f"max_tokens: each request's output_lens, the max_tokens backend "
+                            f"{backend}'s client asked for") for n in rec.notes)
+    assumed = rec.workload.meta["assumed"]
+    assert isinstance(assumed, tuple)
+    assert any(str(a).startswith("ignore_eos true for every request (SGLang's client's "
+                                 "default") for a in assumed)
+
+
+@pytest.mark.parametrize(("backend", "said"), [
+    ("sglang", "output_lens are the server's count of the tokens it generated"),
+    ("trt", "output_lens are the max_tokens the client asked for, not a count")])
+def test_output_lens_said_per_backend(tmp_path: Path, backend: str, said: str) -> None:
+    """Hand-made beside the real runs: ``sglang`` (/generate) saves the server's
+    ``meta_info.completion_tokens``, what it generated (nothing assumed); ``trt`` always the
+    ``max_tokens`` asked (0.5.9 ``async_request_trt_llm``: no usage read)."""
+    doc = {**lines("rate8.jsonl")[0], "backend": backend}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(doc) + "\n")
+    rec = read_recording(path)
+    eos = [n for n in rec.notes if n.startswith("ignore_eos: ")]
+    assert len(eos) == 1 and said in eos[0]
+    assumed = rec.workload.meta["assumed"]
+    assert isinstance(assumed, tuple)
+    assert any(str(a).startswith("ignore_eos true") for a in assumed) == (backend == "trt")
+
+
+def test_a_fast_prepared_shared_prefix_run_is_refused(tmp_path: Path) -> None:
+    """``--gsp-fast-prepare`` saves 1 as every prompt's length (0.5.9
+    ``sample_generated_shared_prefix_requests``: ``prompt_len = 1``): the real one-turn run's
+    line with its ``input_lens`` as that flag writes them (hand-made beside it) was read as 10
+    one-token prompts. The real run's prompts (a 16-token system prompt and a 16-token question
+    each) are read as the file counts them, and its unused ``random_*`` defaults (1024, ratio
+    0.0) are read as nothing."""
+    doc = lines("gsp_rate8.jsonl")[0]
+    assert (doc["random_input_len"], doc["random_range_ratio"]) == (1024, 0.0)  # unused
+    real = read_recording(SGLANG / "gsp_rate8.jsonl")
+    assert sorted(real.workload.prompt_tokens) == sorted(doc["input_lens"])
+    assert sorted(real.workload.output_tokens) == sorted(doc["output_lens"])  # 16, not 1024
+    assert "random_input_len" not in real.config and "random_range_ratio" not in real.config
+    fast = {**doc, "input_lens": [1] * len(doc["input_lens"]),
+            "total_input_tokens": len(doc["input_lens"])}
+    path = tmp_path / "gsp_fast.jsonl"
+    path.write_text(json.dumps(fast) + "\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.field == "input_lens"
+    assert "--gsp-fast-prepare saves 1 in place of each prompt's length" in str(info.value)
+    assert "record it without --gsp-fast-prepare" in str(info.value)
+
+
+def test_a_shared_prefix_run_says_what_it_shared_and_which_fields_are_unused() -> None:
+    """The real one-turn run (2 groups of 5 prompts, ``--gsp-system-prompt-len 16``) saves the
+    ``random`` dataset's unused defaults (``random_input_len`` 1024, ``random_range_ratio`` 0.0)
+    and none of the ``gsp`` settings (not ``--gsp-range-ratio``, 1.0 by default); the note named
+    neither the group count nor that those fields are not this run's. The simulated prefix
+    cache sees no shared block (no prefix hashes), as it says."""
+    real = read_recording(SGLANG / "gsp_rate8.jsonl")
+    said = [n for n in real.notes if n.startswith("dataset generated-shared-prefix: ")]
+    assert len(said) == 1
+    assert "(--gsp-num-groups groups, 64 by default, each a system prompt of " in said[0]
+    assert "random_range_ratio are the random dataset's, unused here" in said[0]
+    assert "the simulated requests share no prefix" in said[0]
+    assert real.workload.prefix_hashes is None
