@@ -260,3 +260,48 @@ def test_a_max_tokens_over_the_tier_is_recorded_as_the_gateway_refused_it(
     assert "2 requests simulated, 1 measured, 1 not measured" in said, said
     sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
     assert list(sim["status"]) == list(rows["status"])  # the simulation refused it too
+
+
+def test_an_absurd_max_tokens_leaves_a_run_directory_the_loop_reads(tmp_path: Path) -> None:
+    """A ``max_tokens`` of 10^8 was taken as a count (up to 2^40), refused as too large and
+    recorded with it, so the run directory's ``requests.parquet`` held a row that every reader
+    of the loop refused ("row 4, column 'max_output_tokens': tokens outside 0..10,000,000"):
+    one client's typo made ``validate --records``, ``report`` and ``calibrate --records``
+    refuse the whole directory. A ``max_tokens`` over the records' bound is now no count (400,
+    ``param`` max_tokens, not recorded, as one under 1); one at the bound is still recorded as
+    too large."""
+    out = tmp_path / "runs"
+
+    async def main() -> None:
+        fake = FakeUpstream(hold="none")
+        async with serving(fake.app()) as up:
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def announce(line: str) -> None:
+                if "listening on " in line:
+                    ready.set_result(line.split("listening on ")[1].split()[0])
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), capacity_tokens=100_000, out=out,
+                config=ServeConfig(count_tokens="bytes", trust_tier_header=True,
+                                   default_tier="chat"), port=0, drain_timeout_s=5.0)
+            served = asyncio.create_task(serve(settings, announce))
+            url = await asyncio.wait_for(ready, 30) + "/v1/completions"
+            body = {"model": "fake", "prompt": "hi"}
+            async with httpx.AsyncClient(timeout=30) as client:
+                at_bound = await client.post(url, json={**body, "max_tokens": 10_000_000})
+                assert at_bound.json()["error"]["code"] == "context_length_exceeded"
+                absurd = await client.post(url, json={**body, "max_tokens": 10**8})
+                assert absurd.status_code == 400
+                assert absurd.json()["error"]["param"] == "max_tokens"
+                assert "from 1 to 10,000,000" in absurd.json()["error"]["message"]
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            handler(signal.SIGTERM, None)
+            await asyncio.wait_for(served, 30)
+
+    asyncio.run(main())
+    rows = read_run(out / "run-0001").records
+    assert list(rows["status"]) == ["rejected_too_large"]
+    assert list(rows["max_output_tokens"]) == [10_000_000]
