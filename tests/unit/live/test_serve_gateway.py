@@ -526,6 +526,40 @@ def test_capacity_read_from_the_upstream_metrics_and_policy_reload() -> None:
     run(main())
 
 
+def test_a_reloaded_policy_starts_a_run_directory_that_records_it(tmp_path: Path) -> None:
+    """A SIGHUP (or a changed scenario file) that swapped the policy left the open run
+    directory open: its rows before and after the reload were one directory whose
+    ``replay.json`` and summary named the policy of the start, so ``validate --records``
+    simulated the requests refused under the new policy with the old one, and the report
+    credited the old policy with them. The reload now closes it (its requests ran under the
+    policy it names) and the next directory records the new policy."""
+    before = make_policy("conservative", {})
+    after = make_policy("overcommit", {"overcommit_ratio": 0.5})
+
+    async def main() -> None:
+        fake = FakeUpstream(num_tokens=3)
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy=before.describe(),
+                                 rotate_requests=100,
+                                 meta={"executor": "serve", "policy": before.describe()})
+        async with stack(fake, recorder=recorder, reload=lambda: after) as (server, url), \
+                httpx.AsyncClient() as client:
+            assert (await client.post(url + "/v1/completions", json=_body())).status_code == 200
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+            assert server.reload()
+            assert [p.name for p in recorder.closed] == ["run-0001"]
+            assert server.reload() and len(recorder.closed) == 1  # the same policy: kept open
+            assert (await client.post(url + "/v1/completions", json=_body())).status_code == 200
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        recorder.close(server.admission.now())
+        first, second = (read_run(p) for p in recorder.closed)
+        assert first.summary["policy"] == "conservative" and len(first.records) == 1
+        assert second.summary["policy"] == "overcommit" and len(second.records) == 1
+        said = json.loads((recorder.closed[1] / "replay.json").read_text())
+        assert said["policy"] == after.describe()
+    run(main())
+
+
 def test_the_openai_sdk_retries_a_429_and_gets_through() -> None:
     openai = pytest.importorskip("openai")
 
