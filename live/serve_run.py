@@ -75,11 +75,22 @@ class ServeSettings:
     """Where a given ``capacity_tokens`` came from (the flag, or the scenario's
     ``gateway_capacity_tokens``), said as the gateway starts."""
 
-    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
-                ) -> GatewayConfig:
+    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None,
+                block_tokens: int = 1) -> GatewayConfig:
+        """The gateway's settings; ``block_tokens``: the upstreams' KV block size, to which
+        every reservation is rounded up (as the engine allocates, and as a simulation of the
+        run directory reserves)."""
         return GatewayConfig(capacity_tokens=capacity_tokens, tiers=self.tiers,
                              lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
-                             max_request_tokens=max_request_tokens)
+                             max_request_tokens=max_request_tokens,
+                             reservation_granularity=block_tokens)
+
+
+def block_tokens(servers: Sequence[Mapping[str, Any]]) -> int:
+    """The largest KV block size the upstreams tell (their ``block_size``; 1 where none does):
+    the unit a reservation is rounded up to."""
+    return max((b for s in servers if isinstance(b := s.get("block_size"), int) and b > 0),
+               default=1)
 
 
 
@@ -365,8 +376,8 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     capacity, largest, snaps = settings.capacity_tokens, None, None
     if capacity is None:  # one /metrics read an upstream: the capacity and its settings
         capacity, largest, snaps = await read_capacity(settings.upstream)
-    gateway = settings.gateway(capacity, largest)
     servers = await upstream_facts(settings.upstream, snaps)
+    gateway = settings.gateway(capacity, largest, block_tokens(servers))
     context = fleet_context(servers)
     followed = settings.config.capacity_period_s is not None
     if settings.config.max_model_len is None and followed:
@@ -392,6 +403,10 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         announce(f"kvbudget serve: {request_cap_said(settings.upstream.urls, snaps, largest)}")
     announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
+    if gateway.reservation_granularity > 1:
+        announce(f"kvbudget serve: a reservation is rounded up to whole KV blocks of "
+                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size), as "
+                 "their engines allocate KV")
     if settings.config.max_model_len is not None:
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "
