@@ -305,3 +305,32 @@ def test_an_absurd_max_tokens_leaves_a_run_directory_the_loop_reads(tmp_path: Pa
     rows = read_run(out / "run-0001").records
     assert list(rows["status"]) == ["rejected_too_large"]
     assert list(rows["max_output_tokens"]) == [10_000_000]
+
+
+def test_trace_convert_takes_a_serve_run_directory(tmp_path: Path) -> None:
+    """``trace convert`` refused a ``kvbudget serve`` run directory as a simulation's ("is a
+    kvbudget run directory ... give the trace the run read"), though a gateway's directory has
+    no trace behind it: its rows are the production requests, the what-if input the loop
+    promises (the same requests' ``vllm bench serve`` file converted). It is converted as a
+    load tool's recording is: every request the gateway saw, refused ones too, with its tier
+    and admission deadline; a simulation's directory is still refused."""
+    recorder = ServeRecorder(tmp_path / "runs", tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    for rid, outcome in enumerate((
+            Outcome("completed", "", 100, 1.0, 1.05, 1.6, 1100, token_gaps_s=(5e-3,) * 99),
+            Outcome("expired", "deadline", 0, finished_s=1.2))):
+        request = GatewayRequest(request_id=rid, tier=("chat", "bulk")[rid],
+                                 arrival_s=1.0 + rid * 0.2, prompt_tokens=1000,
+                                 max_output_tokens=1000, deadline_s=6.0 + rid)
+        recorder.write(request_row(request, outcome), 1.6)
+    run_dir = recorder.close(1.6)
+    assert run_dir is not None
+    out = tmp_path / "trace.jsonl"
+    res = CliRunner().invoke(app, ["trace", "convert", str(run_dir), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "wrote 2 requests of" in res.output and "(kvbudget serve)" in res.output
+    rows = pd.read_json(out, lines=True)
+    assert list(rows["tier"]) == ["chat", "bulk"]
+    assert list(rows["prompt_tokens"]) == [1000, 1000]
+    assert list(rows["output_tokens"])[0] == 100
+    assert list(rows["deadline_s"]) == [6.0, 7.0]
