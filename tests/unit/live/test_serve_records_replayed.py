@@ -332,5 +332,5 @@ def test_trace_convert_takes_a_serve_run_directory(tmp_path: Path) -> None:
     rows = pd.read_json(out, lines=True)
     assert list(rows["tier"]) == ["chat", "bulk"]
     assert list(rows["prompt_tokens"]) == [1000, 1000]
-    assert list(rows["output_tokens"])[0] == 100
+    assert list(rows["output_tokens"]) == [100, 1000]  # the refused one: its max_tokens
     assert list(rows["deadline_s"]) == [6.0, 7.0]
