@@ -28,7 +28,7 @@ from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
-from kvbudget.live.serve_reload import Reloaded
+from kvbudget.live.serve_reload import Reloaded, policy_said
 from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
@@ -239,7 +239,6 @@ def _capacity_said(settings: ServeSettings) -> str:
 def _admission_said(settings: ServeSettings, policy: Mapping[str, Any]) -> str:
     """The policy the gateway admits by, and how a request's tier is told: its API key or the
     tier header (whom that trusts), and that clients' keys are not passed upstream."""
-    params = ", ".join(f"{k} {v}" for k, v in policy.items() if k != "name")
     config = settings.config
     keys = f"{len(config.keys.digests)} key" + ("s" if len(config.keys.digests) != 1 else "")
     if config.keys.digests and config.trust_tier_header:
@@ -252,7 +251,7 @@ def _admission_said(settings: ServeSettings, policy: Mapping[str, Any]) -> str:
         tier = ("its x-kvbudget-tier header, trusted (no --keys, " + (
             "a loopback address" if is_loopback_host(settings.host) else "--trust-tier-header")
             + f"), {config.default_tier} without one; no API key is checked")
-    return (f"policy {policy.get('name')}" + (f" ({params})" if params else "")
+    return (f"policy {policy_said(policy)}"
             + (f" from {settings.watch} (reloaded on SIGHUP or when it changes)"
                if settings.watch else "")
             + f"; a request's tier is {tier}; clients' API keys are not passed upstream ("

@@ -823,6 +823,12 @@ def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier
             assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
             assert gw.config.lease_ttl_s == 60.0 and gw.config.front_door == door
             assert "kvbudget_capacity_tokens 100" in (await client.get(url + "/metrics")).text
+            # said as the start line says a policy, not as Python's reprs ({'name': ...}, None)
+            said = [r.getMessage() for r in caplog.records if "reloaded:" in r.getMessage()]
+            assert said == ["reloaded: policy overcommit (batch_on_overload wait, "
+                            "overcommit_ratio 0.5); capacity 100 tokens; lease TTL 60 s; front "
+                            "door max_concurrent_requests 128, max_num_queued_requests 5, "
+                            "evict_lower_priority True"], said
             caplog.clear()
             for _ in range(3):  # a bad file, a tier removed, a tier's setting changed
                 assert not server.reload()
