@@ -226,7 +226,17 @@ def _tool_format(file: Path, out: Path) -> str | None:
         except (TraceError, OSError):  # no trace either: the recording's reason says more
             raise refusal from None
         return None
-    return None if fmt in ("records", "run") else fmt
+    return None if fmt == "records" or (fmt == "run" and not _gateway_run(file)) else fmt
+
+
+def _gateway_run(path: Path) -> bool:
+    """A ``kvbudget serve`` run directory (its ``replay.json``'s executor): the requests its
+    gateway saw, with no trace behind them, converted as a load tool's recording is."""
+    try:
+        meta = json.loads((path / "replay.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("executor") == "serve"
 
 
 def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
@@ -248,9 +258,11 @@ def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
                          max_output=options.max_output if "max_output" in given else None)
     save_workload(rec.workload, out)
     due = any(_holds_due(rec, st) for st in rec.stages)
-    print(f"wrote {counted(len(rec.workload), 'request')} of {file} ({rec.tool}) to {out}: "
-          + ("the requests as the tool offered them (a capped stage's when each was due, "
-             "below)" if due else "the requests as the tool sent them") + ", on its clock")
+    sender = "its clients" if fmt == "run" else "the tool"  # a kvbudget serve directory's
+    print(f"wrote {counted(len(rec.workload), 'request')} of {file} "
+          f"({'kvbudget serve' if fmt == 'run' else rec.tool}) to {out}: "
+          + (f"the requests as {sender} offered them (a capped stage's when each was due, "
+             f"below)" if due else f"the requests as {sender} sent them") + ", on its clock")
     for line in _recording_said(rec, out):
         print(fill(line), file=sys.stderr)
 

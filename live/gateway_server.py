@@ -324,10 +324,11 @@ class GatewayServer:
 
     def reload(self) -> bool:
         """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
-        change live (:func:`~kvbudget.live.serve_reload.apply_reload`); False when there is
-        nothing to read or the reload was refused (everything keeps running)."""
-        return self.reload_policy is not None and apply_reload(self.admission,
-                                                                self.reload_policy)
+        change live (:func:`~kvbudget.live.serve_reload.apply_reload`: a new policy in a new
+        run directory); False when there is nothing to read or the reload was refused."""
+        return self.reload_policy is not None and apply_reload(
+            self.admission, self.reload_policy,
+            None if self.recorder is None else self.recorder.new_policy)
 
     @property
     def flight_changed(self) -> asyncio.Event:

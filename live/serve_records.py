@@ -201,6 +201,21 @@ class ServeRecorder:
         self.meta.update(told)
         return closed
 
+    def new_policy(self, now_s: float, policy: Mapping[str, Any]) -> Path | None:
+        """The scenario was reloaded with another ``policy`` (as it describes itself): close
+        the open directory (returned; ``None`` when none was open or the policy is the same),
+        whose rows ran under the policy before and say it, and record ``policy`` in the next,
+        so that ``validate --records`` simulates each directory under the policy it ran."""
+        if dict(policy) == self.policy:
+            return None
+        closed = self.close(now_s)
+        self.policy = dict(policy)
+        self.meta["policy"] = dict(policy)
+        if closed is not None:
+            log.warning("%s closed: its requests ran under the policy before the reload; the "
+                        "next run directory records the new one", closed)
+        return closed
+
     def _close_left_open(self, path: Path) -> None:
         """A directory a gateway left open (it stopped without closing it: killed, crashed):
         closed now from the rows it wrote, which no command could read before (its summary

@@ -11,12 +11,12 @@ it). A refused reload keeps everything running and logs one line.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
 
 from kvbudget.live.serve_admission import Admission
 from kvbudget.policies.base import Policy
-from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.gateway import FrontDoor, GatewayConfig
 from kvbudget.policies.tiers import TierConfig
 
 __all__ = ["Reloaded", "apply_reload", "tier_change"]
@@ -50,11 +50,14 @@ def tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) ->
     return ""
 
 
-def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded]) -> bool:
+def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded],
+                 new_policy: Callable[[float, dict[str, object]], object] | None = None
+                 ) -> bool:
     """Read the scenario again with ``read`` (the policy alone, or a :class:`Reloaded`) and
-    apply what is safe to change live (the module doc); True when it was applied. A bad file
-    (``ValueError``, ``OSError``), or one whose tiers changed, keeps everything running and
-    logs one line."""
+    apply what is safe to change live (the module doc); True when it was applied, and then
+    ``new_policy`` (the run directories': :meth:`ServeRecorder.new_policy`) is told the time
+    and the policy as it describes itself. A bad file (``ValueError``, ``OSError``), or one
+    whose tiers changed, keeps everything running and logs one line."""
     gw = admission.gateway
     try:
         new = read()
@@ -68,12 +71,36 @@ def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded]) ->
         return False
     if not isinstance(new, Reloaded):
         admission.replace_policy(new)
-        log.warning("policy reloaded: %s", new.describe())
-        return True
+        log.warning("policy reloaded: %s", policy_said(new.describe()))
+    else:
+        _reconfigure(admission, new, config)
+    if new_policy is not None:
+        new_policy(admission.now(), gw.policy.describe())
+    return True
+
+
+def _reconfigure(admission: Admission, new: Reloaded, config: GatewayConfig) -> None:
+    gw = admission.gateway
     admission.reconfigure(new.policy, config)
     if new.capacity_tokens is not None:
         admission.resize(new.capacity_tokens, config.max_request_tokens)
     log.warning("reloaded: policy %s; capacity %d tokens; lease TTL %s; front door %s",
-                new.policy.describe(), gw.config.capacity_tokens, new.lease_ttl_s,
-                new.front_door)
-    return True
+                policy_said(new.policy.describe()), gw.config.capacity_tokens,
+                "none" if new.lease_ttl_s is None else f"{new.lease_ttl_s:g} s",
+                _door_said(new.front_door))
+
+
+def policy_said(described: Mapping[str, object]) -> str:
+    """A policy as it describes itself, as the start line says it: its name and its
+    parameters (``overcommit (batch_on_overload wait, overcommit_ratio 0.5)``)."""
+    params = ", ".join(f"{k} {v}" for k, v in described.items() if k != "name")
+    return f"{described.get('name')}" + (f" ({params})" if params else "")
+
+
+def _door_said(door: FrontDoor | None) -> str:
+    """The front door's caps that are set, each named (``none`` without one)."""
+    if door is None:
+        return "none"
+    said = [f"{f.name} {v}" for f in fields(door) if (v := getattr(door, f.name)) not in
+            (None, ())]
+    return ", ".join(said)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvbudget.policies.tiers import MAX_LIMIT_TOKENS, TierConfig
+from kvbudget.policies.tiers import TierConfig
+from kvbudget.workloads.max_output import MAX_TOKENS
 
 TOKENS_PER_MESSAGE_BOUND = 16
 """Chat-template tokens one message may add around its text: Llama 3's template adds 4
@@ -209,7 +210,8 @@ def _max_tokens(body: dict[str, Any], tier: TierConfig, default: int) -> int:
     all the same: the gateway's admission refuses it as too large, and records it, as it does
     a prompt + ``max_tokens`` over the limit (a recording's simulation counts it too large
     too); one that is no count of tokens (not an integer, under 1, or over
-    :data:`~kvbudget.policies.tiers.MAX_LIMIT_TOKENS`) is a bad request."""
+    :data:`~kvbudget.workloads.max_output.MAX_TOKENS`, the most a records row holds, so that
+    the run directory's refusal stays readable) is a bad request."""
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
         else "max_tokens"
     value = body.get(key)
@@ -218,9 +220,10 @@ def _max_tokens(body: dict[str, Any], tier: TierConfig, default: int) -> int:
         body.pop("max_tokens", None)  # a null one: replaced
         body["max_tokens"] = value
     if not isinstance(value, int) or isinstance(value, bool) or not \
-            1 <= value <= MAX_LIMIT_TOKENS:
-        raise BadRequest(f"'{key}' must be a positive integer (tier {tier.name} takes prompt + "
-                         f"{key} up to {tier.max_sequence_tokens} tokens), got {value!r}", key)
+            1 <= value <= MAX_TOKENS:
+        raise BadRequest(f"'{key}' must be an integer from 1 to {MAX_TOKENS:,} (tier "
+                         f"{tier.name} takes prompt + {key} up to {tier.max_sequence_tokens} "
+                         f"tokens), got {value!r}", key)
     return value
 
 

@@ -28,7 +28,7 @@ from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder
-from kvbudget.live.serve_reload import Reloaded
+from kvbudget.live.serve_reload import Reloaded, policy_said
 from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
@@ -75,11 +75,22 @@ class ServeSettings:
     """Where a given ``capacity_tokens`` came from (the flag, or the scenario's
     ``gateway_capacity_tokens``), said as the gateway starts."""
 
-    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None
-                ) -> GatewayConfig:
+    def gateway(self, capacity_tokens: int, max_request_tokens: int | None = None,
+                block_tokens: int = 1) -> GatewayConfig:
+        """The gateway's settings; ``block_tokens``: the upstreams' KV block size, to which
+        every reservation is rounded up (as the engine allocates, and as a simulation of the
+        run directory reserves)."""
         return GatewayConfig(capacity_tokens=capacity_tokens, tiers=self.tiers,
                              lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
-                             max_request_tokens=max_request_tokens)
+                             max_request_tokens=max_request_tokens,
+                             reservation_granularity=block_tokens)
+
+
+def block_tokens(servers: Sequence[Mapping[str, Any]]) -> int:
+    """The largest KV block size the upstreams tell (their ``block_size``; 1 where none does):
+    the unit a reservation is rounded up to."""
+    return max((b for s in servers if isinstance(b := s.get("block_size"), int) and b > 0),
+               default=1)
 
 
 
@@ -228,7 +239,6 @@ def _capacity_said(settings: ServeSettings) -> str:
 def _admission_said(settings: ServeSettings, policy: Mapping[str, Any]) -> str:
     """The policy the gateway admits by, and how a request's tier is told: its API key or the
     tier header (whom that trusts), and that clients' keys are not passed upstream."""
-    params = ", ".join(f"{k} {v}" for k, v in policy.items() if k != "name")
     config = settings.config
     keys = f"{len(config.keys.digests)} key" + ("s" if len(config.keys.digests) != 1 else "")
     if config.keys.digests and config.trust_tier_header:
@@ -241,7 +251,7 @@ def _admission_said(settings: ServeSettings, policy: Mapping[str, Any]) -> str:
         tier = ("its x-kvbudget-tier header, trusted (no --keys, " + (
             "a loopback address" if is_loopback_host(settings.host) else "--trust-tier-header")
             + f"), {config.default_tier} without one; no API key is checked")
-    return (f"policy {policy.get('name')}" + (f" ({params})" if params else "")
+    return (f"policy {policy_said(policy)}"
             + (f" from {settings.watch} (reloaded on SIGHUP or when it changes)"
                if settings.watch else "")
             + f"; a request's tier is {tier}; clients' API keys are not passed upstream ("
@@ -365,8 +375,8 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     capacity, largest, snaps = settings.capacity_tokens, None, None
     if capacity is None:  # one /metrics read an upstream: the capacity and its settings
         capacity, largest, snaps = await read_capacity(settings.upstream)
-    gateway = settings.gateway(capacity, largest)
     servers = await upstream_facts(settings.upstream, snaps)
+    gateway = settings.gateway(capacity, largest, block_tokens(servers))
     context = fleet_context(servers)
     followed = settings.config.capacity_period_s is not None
     if settings.config.max_model_len is None and followed:
@@ -392,6 +402,10 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
         announce(f"kvbudget serve: {request_cap_said(settings.upstream.urls, snaps, largest)}")
     announce(f"kvbudget serve: tiers{_tiers_said(settings.tiers)}")
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
+    if gateway.reservation_granularity > 1:
+        announce(f"kvbudget serve: a reservation is rounded up to whole KV blocks of "
+                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size), as "
+                 "their engines allocate KV")
     if settings.config.max_model_len is not None:
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "

@@ -328,7 +328,7 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
     counts["num_missing_e2e"] = int((completed & has_ttft & ~has_e2e).sum())
     if counts["num_measured"] == 0:
         raise TraceError(path, "no request has a measured TTFT and E2E with a completed status "
-                         f"({_count_text(counts)})")
+                         f"({_count_text(counts)})" + _unstreamed_said(config, counts))
     known = {st.label for st in stages}
     if stages and not set(stage) <= known:
         raise AssertionError(f"stage labels {sorted(set(stage) - known)} have no RecordedStage")
@@ -340,6 +340,17 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                      stages=stages,
                      tool=tool or fmt, conversations=conversations)
 
+
+
+def _unstreamed_said(config: Mapping[str, Any], counts: Mapping[str, int]) -> str:
+    """Why a ``kvbudget serve`` directory's completed requests lack their TTFT, and what to
+    do: the gateway sees no first token of an answer not streamed."""
+    missing = counts.get("num_missing_ttft", 0)
+    if config.get("executor") != "serve" or not missing:
+        return ""
+    return (f": the {counted(missing, 'completed request')} without a TTFT "
+            f"{'were' if missing > 1 else 'was'} not streamed, and kvbudget serve sees no "
+            "first token of a whole answer; stream (as load tools do) to record TTFT")
 
 
 def _count_text(counts: Mapping[str, int]) -> str:

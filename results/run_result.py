@@ -235,7 +235,8 @@ def _check_types(table: Any, schema: dict[str, str], path: Path, pa: Any) -> Non
 def _first_bad(path: Path, name: str, values: Any, bad: Any, problem: str) -> None:
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{path}: row {i}, column {name!r}: {problem} ({values[i]!r})")
+        value = values[i].item() if isinstance(values[i], np.generic) else values[i]
+        raise ValueError(f"{path}: row {i}, column {name!r}: {problem} ({value!r})")
 
 
 MAX_RUN_SPAN_S = 10 * 365.25 * 86400.0

@@ -155,9 +155,10 @@ def test_sigterm_refuses_the_queue_at_once_and_aborts_what_outlasts_the_drain(
     async def main() -> None:
         fake = FakeUpstream(hold="first_chunk")
         async with serving(fake.app()) as up:
-            # "hi" is bounded at 2 + 16 tokens, + max_tokens 8: one stream fills 30 tokens
+            # "hi" is bounded at 2 + 16 tokens, + max_tokens 8: 26, reserved as 32 (the fake's
+            # KV blocks of 16): one stream fills 32 tokens
             proc = await _serve_process(
-                tmp_path, up, "--count-tokens", "bytes", "--capacity-tokens", "30",
+                tmp_path, up, "--count-tokens", "bytes", "--capacity-tokens", "32",
                 "--out", str(tmp_path / "runs"), "--drain-timeout-s", "1")
             try:
                 assert proc.stderr is not None

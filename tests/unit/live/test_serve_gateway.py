@@ -111,14 +111,14 @@ def test_bad_input_is_a_clean_error_and_leaks_nothing() -> None:
             assert bad.json()["error"]["type"] == "invalid_request_error"
             big = await post(url + "/v1/completions", json=_body(prompt="x" * 2000))
             assert big.status_code == 413
-            for value in (-1, 0, 2**40 + 1, "8", True, 1.5):
+            for value in (-1, 0, 10**7 + 1, 2**40 + 1, "8", True, 1.5):
                 r = await post(url + "/v1/completions", json=_body(max_tokens=value))
                 assert r.status_code == 400, value
                 assert "4096" in r.json()["error"]["message"]
                 assert r.json()["error"]["param"] == "max_tokens"
             # the prompt's bound + max_tokens over the tier's limit, or max_tokens alone over
             # it (refused by the admission, as too large): the limit is named
-            for value in (4090, 10**9):
+            for value in (4090, 10**7):
                 r = await post(url + "/v1/completions", json=_body(max_tokens=value))
                 assert r.status_code == 400
                 assert r.json()["error"]["code"] == "context_length_exceeded"
@@ -526,6 +526,40 @@ def test_capacity_read_from_the_upstream_metrics_and_policy_reload() -> None:
     run(main())
 
 
+def test_a_reloaded_policy_starts_a_run_directory_that_records_it(tmp_path: Path) -> None:
+    """A SIGHUP (or a changed scenario file) that swapped the policy left the open run
+    directory open: its rows before and after the reload were one directory whose
+    ``replay.json`` and summary named the policy of the start, so ``validate --records``
+    simulated the requests refused under the new policy with the old one, and the report
+    credited the old policy with them. The reload now closes it (its requests ran under the
+    policy it names) and the next directory records the new policy."""
+    before = make_policy("conservative", {})
+    after = make_policy("overcommit", {"overcommit_ratio": 0.5})
+
+    async def main() -> None:
+        fake = FakeUpstream(num_tokens=3)
+        fake.release.set()
+        recorder = ServeRecorder(tmp_path, tiers=TIERS, policy=before.describe(),
+                                 rotate_requests=100,
+                                 meta={"executor": "serve", "policy": before.describe()})
+        async with stack(fake, recorder=recorder, reload=lambda: after) as (server, url), \
+                httpx.AsyncClient() as client:
+            assert (await client.post(url + "/v1/completions", json=_body())).status_code == 200
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+            assert server.reload()
+            assert [p.name for p in recorder.closed] == ["run-0001"]
+            assert server.reload() and len(recorder.closed) == 1  # the same policy: kept open
+            assert (await client.post(url + "/v1/completions", json=_body())).status_code == 200
+            await until(lambda: server.num_in_flight == 0, lambda: server.flight_changed)
+        recorder.close(server.admission.now())
+        first, second = (read_run(p) for p in recorder.closed)
+        assert first.summary["policy"] == "conservative" and len(first.records) == 1
+        assert second.summary["policy"] == "overcommit" and len(second.records) == 1
+        said = json.loads((recorder.closed[1] / "replay.json").read_text())
+        assert said["policy"] == after.describe()
+    run(main())
+
+
 def test_the_openai_sdk_retries_a_429_and_gets_through() -> None:
     openai = pytest.importorskip("openai")
 
@@ -789,6 +823,12 @@ def test_a_reload_applies_the_budget_front_door_and_lease_ttl_and_refuses_a_tier
             assert gw.config.capacity_tokens == 100 and gw.policy.name == "overcommit"
             assert gw.config.lease_ttl_s == 60.0 and gw.config.front_door == door
             assert "kvbudget_capacity_tokens 100" in (await client.get(url + "/metrics")).text
+            # said as the start line says a policy, not as Python's reprs ({'name': ...}, None)
+            said = [r.getMessage() for r in caplog.records if "reloaded:" in r.getMessage()]
+            assert said == ["reloaded: policy overcommit (batch_on_overload wait, "
+                            "overcommit_ratio 0.5); capacity 100 tokens; lease TTL 60 s; front "
+                            "door max_concurrent_requests 128, max_num_queued_requests 5, "
+                            "evict_lower_priority True"], said
             caplog.clear()
             for _ in range(3):  # a bad file, a tier removed, a tier's setting changed
                 assert not server.reload()

@@ -260,3 +260,101 @@ def test_a_max_tokens_over_the_tier_is_recorded_as_the_gateway_refused_it(
     assert "2 requests simulated, 1 measured, 1 not measured" in said, said
     sim = pd.read_parquet(tmp_path / "v" / "sim" / "requests.parquet").sort_values("arrival_s")
     assert list(sim["status"]) == list(rows["status"])  # the simulation refused it too
+
+
+def test_an_absurd_max_tokens_leaves_a_run_directory_the_loop_reads(tmp_path: Path) -> None:
+    """A ``max_tokens`` of 10^8 was taken as a count (up to 2^40), refused as too large and
+    recorded with it, so the run directory's ``requests.parquet`` held a row that every reader
+    of the loop refused ("row 4, column 'max_output_tokens': tokens outside 0..10,000,000"):
+    one client's typo made ``validate --records``, ``report`` and ``calibrate --records``
+    refuse the whole directory. A ``max_tokens`` over the records' bound is now no count (400,
+    ``param`` max_tokens, not recorded, as one under 1); one at the bound is still recorded as
+    too large."""
+    out = tmp_path / "runs"
+
+    async def main() -> None:
+        fake = FakeUpstream(hold="none")
+        async with serving(fake.app()) as up:
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def announce(line: str) -> None:
+                if "listening on " in line:
+                    ready.set_result(line.split("listening on ")[1].split()[0])
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), capacity_tokens=100_000, out=out,
+                config=ServeConfig(count_tokens="bytes", trust_tier_header=True,
+                                   default_tier="chat"), port=0, drain_timeout_s=5.0)
+            served = asyncio.create_task(serve(settings, announce))
+            url = await asyncio.wait_for(ready, 30) + "/v1/completions"
+            body = {"model": "fake", "prompt": "hi"}
+            async with httpx.AsyncClient(timeout=30) as client:
+                at_bound = await client.post(url, json={**body, "max_tokens": 10_000_000})
+                assert at_bound.json()["error"]["code"] == "context_length_exceeded"
+                absurd = await client.post(url, json={**body, "max_tokens": 10**8})
+                assert absurd.status_code == 400
+                assert absurd.json()["error"]["param"] == "max_tokens"
+                assert "from 1 to 10,000,000" in absurd.json()["error"]["message"]
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            handler(signal.SIGTERM, None)
+            await asyncio.wait_for(served, 30)
+
+    asyncio.run(main())
+    rows = read_run(out / "run-0001").records
+    assert list(rows["status"]) == ["rejected_too_large"]
+    assert list(rows["max_output_tokens"]) == [10_000_000]
+
+
+def test_trace_convert_takes_a_serve_run_directory(tmp_path: Path) -> None:
+    """``trace convert`` refused a ``kvbudget serve`` run directory as a simulation's ("is a
+    kvbudget run directory ... give the trace the run read"), though a gateway's directory has
+    no trace behind it: its rows are the production requests, the what-if input the loop
+    promises (the same requests' ``vllm bench serve`` file converted). It is converted as a
+    load tool's recording is: every request the gateway saw, refused ones too, with its tier
+    and admission deadline; a simulation's directory is still refused."""
+    recorder = ServeRecorder(tmp_path / "runs", tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    for rid, outcome in enumerate((
+            Outcome("completed", "", 100, 1.0, 1.05, 1.6, 1100, token_gaps_s=(5e-3,) * 99),
+            Outcome("expired", "deadline", 0, finished_s=1.2))):
+        request = GatewayRequest(request_id=rid, tier=("chat", "bulk")[rid],
+                                 arrival_s=1.0 + rid * 0.2, prompt_tokens=1000,
+                                 max_output_tokens=1000, deadline_s=6.0 + rid)
+        recorder.write(request_row(request, outcome), 1.6)
+    run_dir = recorder.close(1.6)
+    assert run_dir is not None
+    out = tmp_path / "trace.jsonl"
+    res = CliRunner().invoke(app, ["trace", "convert", str(run_dir), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "wrote 2 requests of" in res.output and "(kvbudget serve)" in res.output
+    rows = pd.read_json(out, lines=True)
+    assert list(rows["tier"]) == ["chat", "bulk"]
+    assert list(rows["prompt_tokens"]) == [1000, 1000]
+    assert list(rows["output_tokens"]) == [100, 1000]  # the refused one: its max_tokens
+    assert list(rows["deadline_s"]) == [6.0, 7.0]
+
+
+def test_a_serve_directory_of_whole_answers_says_why_nothing_is_measured(
+        tmp_path: Path) -> None:
+    """A gateway whose clients did not stream (the openai SDK's default) wrote rows with no
+    TTFT (it sees no first token of a whole answer), and ``validate --records`` and
+    ``calibrate --records`` refused the directory with 'no request has a measured TTFT and E2E
+    ... missing ttft 1', which says neither why nor what to do. They now say both."""
+    recorder = ServeRecorder(tmp_path, tiers=TIERS, policy={"name": "conservative"},
+                             rotate_requests=100, meta={"executor": "serve"})
+    request = GatewayRequest(request_id=0, tier="chat", arrival_s=1.0, prompt_tokens=5,
+                             max_output_tokens=8)
+    recorder.write(request_row(request, Outcome("completed", "", 8, 1.0, float("nan"), 1.5,
+                                                 13)), 1.5)
+    run_dir = recorder.close(1.5)
+    assert run_dir is not None
+    for args in (["validate", "--records", str(run_dir), "--out", str(tmp_path / "v")],
+                 ["calibrate", "--records", str(run_dir), "--out", str(tmp_path / "c.json")]):
+        res = CliRunner().invoke(app, args)
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, said
+        assert "the 1 completed request without a TTFT was not streamed, and kvbudget serve " \
+            "sees no first token of a whole answer; stream (as load tools do) to record TTFT" \
+            in said, said

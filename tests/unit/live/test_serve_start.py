@@ -20,6 +20,7 @@ from kvbudget.live.serve_run import ServeSettings, serve
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server_metrics import snapshot
 from kvbudget.policies import make_policy
+from kvbudget.results.run_result import read_run
 from tests.unit.live.serve_harness import TIERS, FakeUpstream, serving, stack
 
 DP2_PAGE = (Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
@@ -180,3 +181,47 @@ def test_serve_says_where_its_budget_policy_and_tiers_come_from() -> None:
             "401); clients' API keys are not passed upstream (--upstream-api-key is sent)") \
         in said, said
     assert "up-secret" not in "".join(lines)
+
+
+def test_a_reservation_is_rounded_up_to_the_upstreams_kv_blocks(tmp_path: Path) -> None:
+    """kvbudget serve reserved a request's exact tokens while its upstream allocates KV in
+    blocks: against the CPU vLLM of the tests (9 usable blocks of 128, 1,152 tokens),
+    ``conservative`` admitted five requests of 220 tokens (1,100 reserved, 10 blocks needed)
+    and the engine preempted 6 times under the policy that reserves all it may use; and a
+    simulation of the run directory, which rounds to the recorded ``block_size`` as the
+    simulator and ``kvbudget replay`` do, admitted four. Each reservation is now rounded up
+    to the upstreams' ``block_size`` (16 here: 18 prompt tokens by the bytes bound + 60 = 78
+    reserved as 80), and the start says so."""
+    lines: list[str] = []
+    out = tmp_path / "runs"
+
+    async def main() -> None:
+        fake = FakeUpstream()
+        fake.release.set()
+        async with serving(fake.app()) as up:
+            ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            def announce(line: str) -> None:
+                lines.append(line)
+                if "listening on " in line:
+                    ready.set_result(line.split("listening on ")[1].split()[0])
+
+            settings = ServeSettings(
+                tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+                upstream=UpstreamOptions((up,)), out=out, port=0, drain_timeout_s=1.0,
+                config=ServeConfig(count_tokens="bytes", trust_tier_header=True))
+            served = asyncio.create_task(serve(settings, announce))
+            url = await asyncio.wait_for(ready, 30)
+            async with httpx.AsyncClient(timeout=30) as client:
+                r = await client.post(url + "/v1/completions",
+                                      json={"model": "fake", "prompt": "hi", "max_tokens": 60})
+                assert r.status_code == 200
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler)
+            handler(signal.SIGTERM, None)
+            await asyncio.wait_for(served, 30)
+
+    asyncio.run(main())
+    rows = read_run(out / "run-0001").records
+    assert list(rows["reserved_tokens"]) == [80]
+    assert any("rounded up to whole KV blocks of 16 tokens" in line for line in lines), lines

@@ -98,7 +98,8 @@ DAMAGES: dict[str, tuple[Damage, str]] = {
     "tier missing a value": (_column(REQ, "tier", None), "'tier'"),
     "status unknown": (_column(REQ, "status", "weird", row=2), "row 2, column 'status'"),
     "ttft_s inf": (_column(REQ, "ttft_s", np.inf, row=1), "row 1, column 'ttft_s'"),
-    "ttft_s negative": (_column(REQ, "ttft_s", -1.0, row=1), "row 1, column 'ttft_s'"),
+    "ttft_s negative": (_column(REQ, "ttft_s", -1.0, row=1),
+                        "row 1, column 'ttft_s': not a duration >= 0 (-1.0)"),
     "e2e_s negative": (_column(REQ, "e2e_s", -3.0), "'e2e_s'"),
     "e2e_s below ttft_s": (_rewrite(REQ, lambda df: df.assign(e2e_s=df.ttft_s / 2)), "'e2e_s'"),
     # (a completed request may lack its TTFT: kvbudget serve does not see a whole answer's)
@@ -107,7 +108,9 @@ DAMAGES: dict[str, tuple[Damage, str]] = {
     "arrival_s inf": (_column(REQ, "arrival_s", np.inf, row=3), "row 3, column 'arrival_s'"),
     "arrival_s 1e300": (_column(REQ, "arrival_s", 1e300, row=3), "ten years"),
     "prompt_tokens negative": (_column(REQ, "prompt_tokens", -5, row=0), "'prompt_tokens'"),
-    "prompt_tokens 1e12": (_column(REQ, "prompt_tokens", 10**12, row=0), "'prompt_tokens'"),
+    # the value as written in the file, not numpy's repr ("np.int64(1000000000000)")
+    "prompt_tokens 1e12": (_column(REQ, "prompt_tokens", 10**12, row=0),
+                           "'prompt_tokens': tokens outside 0..10,000,000 (1000000000000)"),
     "output_tokens negative": (_column(REQ, "output_tokens", -5, row=0), "'output_tokens'"),
     "output_tokens 1e12": (_column(REQ, "output_tokens", 10**12, row=0), "'output_tokens'"),
     "request ids duplicated": (_column(REQ, "request_id", 1), "duplicated"),
