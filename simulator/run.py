@@ -364,6 +364,12 @@ class _Simulation:
             return
         self.set_status(i, status, reason)
 
+    def new_attempt(self, i: int) -> None:
+        """Row ``i``'s client sends it again (``clients.Clients``): a disaggregated run's
+        records give this attempt's replicas, not an earlier one's."""
+        if isinstance(self.engine, DisaggFleet):
+            self.engine.new_attempt(i)
+
     def set_status(self, i: int, status: str, reason: str) -> None:
         self.status[i] = STATUS_CODES[status]
         if reason:
