@@ -19,6 +19,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.features_said import autoscale_line
 from kvbudget.results.run_result import read_run
 from kvbudget.simulator import autoscaler as autoscaler_module
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
@@ -163,6 +164,28 @@ def test_the_cold_start_is_the_weights_over_pcie_plus_the_engine_start() -> None
     assert delay == model.weight_bytes(1) / gpu.pcie_bandwidth_bytes_s + 14.18
     # ~8.03 billion parameters of 2 bytes over ~64 GB/s: about a quarter of a minute
     assert pytest.approx(delay, rel=0.05) == 16e9 / 64e9 + 14.18
+    said = result.summary["engine"]["fleet"]["autoscale"]
+    assert said["engine_start_s"] == 14.18
+    assert said["scale_up_delay"].startswith("worked out: ")
+    assert f"up after {delay:.1f} s (cold start: weights + engine_start_s 14.18 s)" in (
+        autoscale_line([result.summary]))
+
+
+def test_a_given_delay_is_said_as_given_without_the_engine_start_it_does_not_use() -> None:
+    """With ``scale_up_delay_s`` given, the summary listed the default ``engine_start_s``
+    (14.18) beside it, which the delay does not use, and the screen said the delay alone: it
+    now says the delay was given and lists no engine start."""
+    w = make_workload([0], [100], [5], tiers=["interactive"])
+    result = simulate(w, make_policy("conservative"), _config(HAND))
+    said = result.summary["engine"]["fleet"]["autoscale"]
+    assert said["scale_up_delay_s"] == 5.0
+    assert said["scale_up_delay"] == "given (fleet.autoscale.scale_up_delay_s)"
+    assert "engine_start_s" not in said
+    assert "up after 5.0 s (given), down" in autoscale_line([result.summary])
+    # a summary written before (engine_start_s listed, "given" alone) reads the same
+    old = {**said, "scale_up_delay": "given", "engine_start_s": 14.18}
+    assert "up after 5.0 s (given), down" in autoscale_line(
+        [{"engine": {"fleet": {"autoscale": old}}}])
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
@@ -384,7 +407,7 @@ def test_the_command_lines_table_says_what_the_autoscaler_assumed_and_used() -> 
     scaled = simulate(w, make_policy("conservative"), _config(HAND)).summary
     text = render_summaries([scaled]).replace("\n  ", " ")
     assert ("autoscaled fleet: conservative: 1-2 replicas on vllm:num_requests_running "
-            "(target 1.5 a replica, every 7 s, up after 5.0 s, down after a 0 s window): "
+            "(target 1.5 a replica, every 7 s, up after 5.0 s (given), down after a 0 s window): "
             f"{106 / 3600:.3g} GPU-h, peak 2, 2 up / 2 down") in text
     fixed = simulate(w, make_policy("conservative"),
                      replace(_config(HAND), fleet=FleetConfig(2))).summary
