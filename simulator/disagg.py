@@ -132,8 +132,7 @@ class DisaggFleet(ReplicaTotals):
         self.decode_replica = [-1] * n
         self.transfer_start_s = [math.nan] * n
         self.transfer_end_s = [math.nan] * n
-        # whether those are the row's latest attempt's: a client's new attempt that the
-        # gateway refuses or lets expire reached no replica (:meth:`new_attempt`)
+        # whether those are the row's latest attempt's (:meth:`new_attempt`)
         self._latest = [True] * n
         self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
         # (each replica's loads write the transfers' records: RemoteLoads.start_load)
