@@ -129,9 +129,19 @@ def autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
                 f"{_delay_from(a)}, down "
                 f"after a {a['scale_down_stabilization_s']:g} s window): {a['gpu_hours']:.3g} "
                 f"GPU-h, peak {a['peak_replicas']}, {a['num_scale_ups']} up / "
-                f"{a['num_scale_downs']} down"
+                f"{a['num_scale_downs']} down, {_kv_over(s.get('kv') or {})}"
             )
     return "autoscaled fleet: " + "; ".join(parts) if parts else ""
+
+
+def _kv_over(kv: dict[str, Any]) -> str:
+    """What an autoscaled run's KV used and reserved are over: the capacity serving (a
+    summary written before: the capacity at the most replicas, the KV capacity column's)."""
+    held = kv.get("capacity_mean_tokens")
+    if held is None:
+        return "KV used/reserved over the KV capacity at its most replicas"
+    return (f"KV used/reserved over the capacity serving (up or draining replicas: "
+            f"{held:,.0f} tokens on average; the KV capacity column is at the most replicas)")
 
 
 def _delay_from(a: dict[str, Any]) -> str:

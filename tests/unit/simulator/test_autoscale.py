@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvbudget.analysis.tables import kv_summary
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
@@ -468,3 +469,35 @@ def test_guaranteed_pools_beyond_the_scaled_down_budget_are_refused_before_the_r
     res = CliRunner().invoke(app, ["simulate", "--scenario", str(path),
                                    "--set", "fleet.autoscale.min_replicas=2"])
     assert res.exit_code == 0, res.stderr
+
+
+def test_kv_used_is_over_the_capacity_serving_on_both_screens() -> None:
+    """An autoscaled fleet's "KV used" was over the capacity at its most replicas on
+    simulate's screen (the summary's ``kv`` block) and over the capacity serving at each sample
+    in ``report``: one label, two figures. Both are now token-seconds used over the
+    token-seconds of the capacity serving (up or draining replicas). The known answer's fleet:
+    replica 0 (1,760 tokens) serves over the whole span, 0 to 62 s, replica 1 from 12 to 37
+    (up, then draining) and from 47 to 56 (drained at once, being idle): 1,760 x 96
+    token-seconds over 62 s, not 3,520 x 62."""
+    w = make_workload([0, 0, 0, 29, 30], [700] * 5, [100] * 5, max_output_tokens=[100] * 5,
+                      tiers=["interactive"] * 5)
+    run = simulate(w, make_policy("conservative"), _config(HAND))
+    kv = run.summary["kv"]
+    held = 1760 * 96 / 62
+    assert kv["capacity_mean_tokens"] == pytest.approx(held)
+    assert kv["used_mean_fraction"] == pytest.approx(kv["used_mean"] / held)
+    assert kv["reserved_mean_fraction"] == pytest.approx(kv["reserved_mean"] / held)
+    assert run.summary["kv_capacity_tokens"] == 3520  # the KV capacity column: the most
+    # report's figure, from the timeline's 1 s samples, is the same share (not the old one)
+    report = kv_summary(run.timeline)
+    assert report["used_mean_fraction"] == pytest.approx(kv["used_mean_fraction"], rel=0.03)
+    assert report["reserved_mean_fraction"] == pytest.approx(kv["reserved_mean_fraction"],
+                                                             rel=0.03)
+    assert kv["used_mean"] / 3520 < 0.8 * report["used_mean_fraction"]
+    assert ("KV used/reserved over the capacity serving (up or draining replicas: "
+            f"{held:,.0f} tokens on average; the KV capacity column is at the most replicas)"
+            ) in autoscale_line([run.summary])
+    # a fixed fleet's figures are over its capacity, as before, and said nowhere new
+    fixed = simulate(w, make_policy("conservative"), replace(_config(HAND), fleet=FleetConfig(2)))
+    assert "capacity_mean_tokens" not in fixed.summary["kv"]
+    assert fixed.summary["kv"]["used_mean_fraction"] == fixed.summary["kv"]["used_mean"] / 3520
