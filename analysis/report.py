@@ -381,7 +381,8 @@ def _kv_table(runs: Mapping[str, RunResult]) -> str:
                "reserved but idle (mean)", "used / reserved", "engine preemptions",
                "gateway revocations", "max waiting requests"]
     return _table(headers, rows, caption="KV cache as a share of capacity, time-weighted over "
-                  "the timeline samples.")
+                  "the timeline samples (an autoscaled fleet's: of the capacity serving at "
+                  "each sample, up or draining replicas, as simulate's KV table has it).")
 
 
 _CSS = """

@@ -652,14 +652,23 @@ def kv_summary(timeline: pd.DataFrame) -> dict[str, float]:
     def twm(col: str) -> float:
         return time_weighted_mean(t, kv[col].to_numpy(dtype=np.float64), end) if t.size else math.nan
 
+    def mean_fraction(tokens: str, fraction: str) -> float:
+        """The time-weighted share of the capacity: an autoscaled fleet's (its capacity comes
+        and goes) token-seconds over the token-seconds of the capacity serving, as the
+        summary's ``kv`` block has it (``results.metrics.summarize``); else the mean share."""
+        if "num_replicas_up" not in timeline:
+            return twm(fraction)
+        held = twm("kv_capacity_tokens")
+        return twm(tokens) / held if held > 0 else math.nan
+
     total = float(kv["num_preemptions"].iloc[-1]) if t.size else 0.0
     used = kv["used_fraction"].to_numpy(dtype=np.float64)
     _check_columns(timeline, ["num_waiting", "num_running"], "timeline")
     return {
-        "used_mean_fraction": twm("used_fraction"),
+        "used_mean_fraction": mean_fraction("kv_used_tokens", "used_fraction"),
         "used_p99_fraction": float(np.nanquantile(used, 0.99)) if used.size else math.nan,
-        "reserved_mean_fraction": twm("reserved_fraction"),
-        "idle_reserved_mean_fraction": twm("idle_reserved_fraction"),
+        "reserved_mean_fraction": mean_fraction("kv_reserved_tokens", "reserved_fraction"),
+        "idle_reserved_mean_fraction": mean_fraction("idle_reserved_tokens", "idle_reserved_fraction"),
         "num_preemptions": total,
         "preemptions_per_s": total / span if span > 0 else math.nan,
         "max_waiting": float(kv["num_waiting"].max()) if t.size else math.nan,

@@ -125,12 +125,31 @@ def autoscale_line(summaries: Sequence[dict[str, Any]]) -> str:
             parts.append(
                 f"{s.get('policy', '')}: {a['min_replicas']}-{a['max_replicas']} replicas on "
                 f"{a['metric']} (target {a['target']:g} a replica, every "
-                f"{a['polling_interval_s']:g} s, up after {a['scale_up_delay_s']:.1f} s, down "
+                f"{a['polling_interval_s']:g} s, up after {a['scale_up_delay_s']:.1f} s "
+                f"{_delay_from(a)}, down "
                 f"after a {a['scale_down_stabilization_s']:g} s window): {a['gpu_hours']:.3g} "
                 f"GPU-h, peak {a['peak_replicas']}, {a['num_scale_ups']} up / "
-                f"{a['num_scale_downs']} down"
+                f"{a['num_scale_downs']} down, {_kv_over(s.get('kv') or {})}"
             )
     return "autoscaled fleet: " + "; ".join(parts) if parts else ""
+
+
+def _kv_over(kv: dict[str, Any]) -> str:
+    """What an autoscaled run's KV used and reserved are over: the capacity serving (a
+    summary written before: the capacity at the most replicas, the KV capacity column's)."""
+    held = kv.get("capacity_mean_tokens")
+    if held is None:
+        return "KV used/reserved over the KV capacity at its most replicas"
+    return (f"KV used/reserved over the capacity serving (up or draining replicas: "
+            f"{held:,.0f} tokens on average; the KV capacity column is at the most replicas)")
+
+
+def _delay_from(a: dict[str, Any]) -> str:
+    """Where an autoscaled run's scale-up delay came from: given, or its cold start worked
+    out with ``engine_start_s`` (a summary written before said "given" alone)."""
+    if str(a.get("scale_up_delay", "")).startswith("given"):
+        return "(given)"
+    return f"(cold start: weights + engine_start_s {a['engine_start_s']:g} s)"
 
 
 def disagg_line(summaries: Sequence[dict[str, Any]]) -> str:

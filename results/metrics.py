@@ -328,6 +328,7 @@ def summarize(
     seed: int,
     wall_time_s: float,
     kv_token_seconds: tuple[float, float, float] | None = None,
+    kv_capacity_token_seconds: float | None = None,
     attempts: Mapping[str, Any] | None = None,
     token_gaps: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -337,6 +338,8 @@ def summarize(
     ``records`` and ``timeline`` are column mappings (a pandas DataFrame works). When the
     executor knows exact KV integrals (the simulator does), pass ``kv_token_seconds =
     (used_token_s, reserved_token_s, duration_s)``; otherwise they come from the timeline.
+    The ``kv`` block's fractions are over ``kv_capacity_tokens``, an autoscaled fleet's over
+    the capacity serving (``kv_capacity_token_seconds``, the same span's; :func:`_kv_block`).
     Records with a ``num_attempts`` column (clients modelled) add :data:`CLIENT_SUMMARY_KEYS`
     to every block; ``attempts`` (the attempts table) adds an ``attempts`` block: attempts by
     answer, and the Retry-After the refusals carried. ``token_gaps`` (the token-gaps table,
@@ -375,7 +378,8 @@ def summarize(
                             busy_s=duration)
                 for name in names}
     t_end = float(arrival.min()) + duration if n else 0.0
-    kv = _kv_block(timeline, t_end, kv_capacity_tokens, kv_token_seconds)
+    kv = _kv_block(timeline, t_end, kv_capacity_tokens, kv_token_seconds,
+                   kv_capacity_token_seconds)
     summary: dict[str, Any] = {
         "policy": policy,
         "seed": int(seed),
@@ -438,27 +442,41 @@ def _itl_by_tier(token_gaps: Mapping[str, Any], names: list[str]
 
 
 def _kv_block(timeline: Mapping[str, Any], t_end: float, kv_capacity_tokens: int,
-              kv_token_seconds: tuple[float, float, float] | None) -> dict[str, Any]:
-    """The summary's ``kv`` block: exact integrals when given, else the timeline's."""
+              kv_token_seconds: tuple[float, float, float] | None,
+              capacity_token_seconds: float | None = None) -> dict[str, Any]:
+    """The summary's ``kv`` block: exact integrals when given, else the timeline's; its
+    fractions over the capacity, except an autoscaled fleet's (a timeline with
+    ``num_replicas_up``), whose capacity comes and goes: theirs are over the capacity serving
+    (up or draining replicas), token-seconds used over token-seconds held, as
+    ``capacity_token_seconds`` (over the same span) or the timeline's ``kv_capacity_tokens``
+    gives it, and the block gains ``capacity_mean_tokens``."""
     t_times = np.asarray(timeline["time_s"], dtype=np.float64)
     used = np.asarray(timeline["kv_used_tokens"], dtype=np.float64)
     reserved = np.asarray(timeline["kv_reserved_tokens"], dtype=np.float64)
+    autoscaled = "num_replicas_up" in timeline
+    capacity_mean: float = kv_capacity_tokens
     if kv_token_seconds is not None:
         used_ts, reserved_ts, span = kv_token_seconds
         used_mean = used_ts / span if span > 0 else math.nan
         reserved_mean = reserved_ts / span if span > 0 else math.nan
         efficiency = used_ts / reserved_ts if reserved_ts > 0 else math.nan
+        if autoscaled and capacity_token_seconds is not None:
+            capacity_mean = capacity_token_seconds / span if span > 0 else math.nan
     else:
         used_mean = time_weighted_mean(t_times, used, t_end)
         reserved_mean = time_weighted_mean(t_times, reserved, t_end)
         efficiency = used_mean / reserved_mean if reserved_mean > 0 else math.nan
+    if autoscaled and (kv_token_seconds is None or capacity_token_seconds is None):
+        capacity = np.asarray(timeline["kv_capacity_tokens"], dtype=np.float64)
+        capacity_mean = time_weighted_mean(t_times, capacity, t_end)
     return {
         "used_mean": _float(used_mean),
         "used_p99": _float(_percentile(used, 99.0)),
         "reserved_mean": _float(reserved_mean),
         "reservation_efficiency": _float(efficiency),
-        "used_mean_fraction": _float(used_mean / kv_capacity_tokens),
-        "reserved_mean_fraction": _float(reserved_mean / kv_capacity_tokens),
+        "used_mean_fraction": _float(used_mean / capacity_mean),
+        "reserved_mean_fraction": _float(reserved_mean / capacity_mean),
+        **({"capacity_mean_tokens": _float(capacity_mean)} if autoscaled else {}),
     }
 
 

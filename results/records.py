@@ -317,8 +317,10 @@ DISAGG_RECORD_COLUMNS: Final[dict[str, str]] = {
     "transfer_end_s": "float64",
 }
 """Columns a disaggregated run has (``[disaggregation]``, docs/disaggregation.md): the prefill
-and decode replica of each request's last attempt (-1: not reached) and when its prompt's KV
-started and ended moving over the link (NaN: it did not move). A colocated run has none."""
+and decode replica of each request's last attempt (-1: not reached; a request the gateway
+refused or let expire has -1 for both, one a prefill replica's queue cap refused has that
+replica, whose server refused it, and decode -1) and when its prompt's KV started and ended
+moving over the link (NaN: it did not move). A colocated run has none."""
 
 OPTIONAL_RECORD_COLUMNS: Final[dict[str, str]] = {"num_attempts": "int64",
                                                   **DISAGG_RECORD_COLUMNS,

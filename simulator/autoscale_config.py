@@ -122,7 +122,9 @@ class AutoscaleConfig:
         return self.min_replicas if self.initial_replicas is None else self.initial_replicas
 
     def describe(self, scale_up_delay_s: float) -> dict[str, object]:
-        """The settings a run assumed (the delay resolved)."""
+        """The settings a run assumed (the delay resolved) and where its delay came from:
+        ``engine_start_s`` only where it is part of it (a given delay does not use it)."""
+        given = self.scale_up_delay_s is not None
         return {
             "min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
             "initial_replicas": self.num_initial, "metric": self.metric, "target": self.target,
@@ -130,9 +132,9 @@ class AutoscaleConfig:
             "scale_down_stabilization_s": self.scale_down_stabilization_s,
             "scale_up_stabilization_s": self.scale_up_stabilization_s,
             "scale_up_delay_s": scale_up_delay_s,
-            "scale_up_delay": "given" if self.scale_up_delay_s is not None
-            else "weights at the GPU's PCIe bandwidth + engine_start_s",
-            "engine_start_s": self.engine_start_s,
+            "scale_up_delay": "given (fleet.autoscale.scale_up_delay_s)" if given
+            else "worked out: the slowest GPU's weights at its PCIe bandwidth + engine_start_s",
+            **({} if given else {"engine_start_s": self.engine_start_s}),
             **({"rate_window_s": self.rate_window_s}
                if self.metric == "vllm:request_success" else {}),
         }

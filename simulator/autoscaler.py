@@ -286,6 +286,19 @@ class Autoscaler:
             total += (up + booting + draining) * max(0.0, min(t_next, end_s) - t)
         return total
 
+    def capacity_token_seconds(self, start_s: float, end_s: float) -> float:
+        """The KV capacity of the replicas serving (up or draining), as the timeline's
+        ``kv_capacity_tokens`` counts it, integrated over ``[start_s, end_s]``: what the
+        summary's KV fractions are over (``results.metrics.summarize``)."""
+        total = 0.0
+        hist = self.history
+        for k, (t, _, _, _, capacity) in enumerate(hist):
+            t_next = hist[k + 1][0] if k + 1 < len(hist) else math.inf
+            lo, hi = max(t, start_s), min(t_next, end_s)
+            if hi > lo:
+                total += capacity * (hi - lo)
+        return total
+
     def stats(self, end_s: float) -> dict[str, object]:
         held = [up + booting + draining for _, up, booting, draining, _ in self.history]
         replica_s = self.replica_seconds(end_s)

@@ -53,6 +53,7 @@ class _Driver(Protocol):
     def clock(self, t: float) -> float: ...
     def carry_out(self, actions: list[Action], now: float) -> None: ...
     def set_status(self, i: int, status: str, reason: str) -> None: ...
+    def new_attempt(self, i: int) -> None: ...
 
 _TIMEOUT, _RETRY = 0, 1
 
@@ -242,6 +243,7 @@ class Clients:
             w.prefix_of(i),
         )
         self.sent(i, now)
+        sim.new_attempt(i)
         sim.carry_out(sim.gateway.arrive(request, now), now)
 
     # --- results -------------------------------------------------------------------------------

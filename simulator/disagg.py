@@ -132,6 +132,8 @@ class DisaggFleet(ReplicaTotals):
         self.decode_replica = [-1] * n
         self.transfer_start_s = [math.nan] * n
         self.transfer_end_s = [math.nan] * n
+        # whether those are the row's latest attempt's (:meth:`new_attempt`)
+        self._latest = [True] * n
         self._load_ends: list[tuple[float, int]] = []  # (end, row) of the loads, some ended
         # (each replica's loads write the transfers' records: RemoteLoads.start_load)
         self.loads = [RemoteLoads(env, e, self._transfer_rows, self.transfer_start_s,
@@ -273,6 +275,7 @@ class DisaggFleet(ReplicaTotals):
         # (the replicas that could run it: all of the pool, or the first; fits, _allowed)
         r = self.router_p.route(i, self._everyone[0] if self._fits_p[i] else [0])
         self.stage[i] = PREFILL
+        self._latest[i] = True
         self.prefill_replica[i] = r
         self.decode_replica[i] = -1
         self.transfer_start_s[i] = self.transfer_end_s[i] = math.nan
@@ -281,6 +284,12 @@ class DisaggFleet(ReplicaTotals):
             self.router_p.leave(i, r)
             self.stage[i] = NOWHERE
         return why
+
+    def new_attempt(self, i: int) -> None:
+        """Row ``i``'s client sent it again: its records' replicas and transfer are this
+        attempt's, none until it reaches a prefill replica (:meth:`add_request`); an earlier
+        attempt's stay where the engine reads them (its output tokens)."""
+        self._latest[i] = False
 
     def abort_request(self, i: int) -> None:
         stage = self.stage[i]
@@ -366,11 +375,16 @@ class DisaggFleet(ReplicaTotals):
                               *self.token_gaps(keep, tier))
 
     def record_columns(self) -> dict[str, Any]:
-        """The records' disaggregation columns (``results.records.OPTIONAL_RECORD_COLUMNS``)."""
-        return {"prefill_replica": np.array(self.prefill_replica, np.int64),
-                "decode_replica": np.array(self.decode_replica, np.int64),
-                "transfer_start_s": np.array(self.transfer_start_s, np.float64),
-                "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
+        """The records' disaggregation columns (``results.records.OPTIONAL_RECORD_COLUMNS``):
+        the replicas and transfer of each row's last attempt (-1, NaN: it reached none)."""
+        stale = ~np.array(self._latest, np.bool_)
+        columns = {"prefill_replica": np.array(self.prefill_replica, np.int64),
+                   "decode_replica": np.array(self.decode_replica, np.int64),
+                   "transfer_start_s": np.array(self.transfer_start_s, np.float64),
+                   "transfer_end_s": np.array(self.transfer_end_s, np.float64)}
+        for name, column in columns.items():
+            column[stale] = -1 if name.endswith("replica") else math.nan
+        return columns
 
     def _idle(self) -> bool:
         return all(e.idle for e in self.replicas) and not any(x.notices for x in self.loads)

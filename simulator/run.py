@@ -364,6 +364,12 @@ class _Simulation:
             return
         self.set_status(i, status, reason)
 
+    def new_attempt(self, i: int) -> None:
+        """Row ``i``'s client sends it again (``clients.Clients``): a disaggregated run's
+        records give this attempt's replicas, not an earlier one's."""
+        if isinstance(self.engine, DisaggFleet):
+            self.engine.new_attempt(i)
+
     def set_status(self, i: int, status: str, reason: str) -> None:
         self.status[i] = STATUS_CODES[status]
         if reason:
@@ -405,6 +411,10 @@ class _Simulation:
             float(w.arrival_s[0]) if self.n else 0.0
         )
         kv_token_seconds = e.kv_token_seconds()
+        # an autoscaled fleet's KV fractions are over the capacity serving, not its most
+        scaler = e.autoscaler if isinstance(e, Fleet) else None
+        t0 = float(w.arrival_s[0]) if self.n else 0.0
+        capacity_ts = None if scaler is None else scaler.capacity_token_seconds(t0, t0 + span)
         num_gpu_blocks, block_size = e.num_gpu_blocks, e.block_size
         figures: dict[str, Any] = {
             "num_steps": e.num_steps,
@@ -445,6 +455,7 @@ class _Simulation:
             seed=self.config.seed,
             wall_time_s=wall_time_s,
             kv_token_seconds=(kv_token_seconds, self._reserved_ts, span),
+            kv_capacity_token_seconds=capacity_ts,
             attempts=attempts,
             token_gaps=token_gaps,
             extra=self._summary_extra(figures, num_gpu_blocks, block_size),

@@ -147,6 +147,35 @@ def test_the_prefill_pools_queue_cap_is_said_with_what_it_refused(tmp_path: Path
     assert "refused: unlimited" not in screen  # counted once, on the caps' line
 
 
+def test_the_records_replicas_are_the_last_attempts(tmp_path: Path) -> None:
+    """A request whose client retried after the prefill pool's queue cap refused it, and whose
+    last attempt then waited past its deadline at the gateway, reached no replica on that
+    attempt, yet its record carried the refusing replica as ``prefill_replica`` (0 of one
+    replica, which reads as a default), beside ``decode_replica`` -1. The records now give the
+    last attempt's replicas (records.DISAGG_RECORD_COLUMNS): -1 where it reached none; a
+    request the queue cap refused carries the replica whose server refused it."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["simulate", "--set", "workload.duration_s=12",
+                              "--set", "workload.arrival.rate_rps=150", *BOTH,
+                              "--set", "disaggregation.prefill.engine.max_num_queued_reqs=8",
+                              "--clients", "batch=openai-sdk,interactive=openai-sdk",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = pd.read_parquet(out / "requests.parquet").set_index("request_id")
+    tries = pd.read_parquet(out / "attempts.parquet")
+    capped = set(tries.loc[tries["reason"] == "engine_max_num_queued_reqs", "request_id"])
+    expired = rec[rec["status"] == "expired"]
+    # the case: expired at the gateway on the last attempt, an earlier one refused by a replica
+    assert expired.index.isin(list(capped)).any()
+    assert (expired["prefill_replica"] == -1).all() and (expired["decode_replica"] == -1).all()
+    assert expired[["transfer_start_s", "transfer_end_s"]].isna().all().all()
+    refused = rec[rec["reason"] == "engine_max_num_queued_reqs"]
+    assert len(refused) and (refused["prefill_replica"] == 0).all()
+    assert (refused["decode_replica"] == -1).all()
+    done = rec[rec["status"] == "completed"]
+    assert (done["prefill_replica"] == 0).all() and (done["decode_replica"] == 0).all()
+
+
 @pytest.mark.parametrize(("sets", "where"), [
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       'disaggregation.decode.gpu="H200"'],

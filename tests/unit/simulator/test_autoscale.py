@@ -15,10 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvbudget.analysis.tables import kv_summary
 from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.policies import TierConfig, make_policy
+from kvbudget.results.features_said import autoscale_line
 from kvbudget.results.run_result import read_run
 from kvbudget.simulator import autoscaler as autoscaler_module
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
@@ -163,6 +165,28 @@ def test_the_cold_start_is_the_weights_over_pcie_plus_the_engine_start() -> None
     assert delay == model.weight_bytes(1) / gpu.pcie_bandwidth_bytes_s + 14.18
     # ~8.03 billion parameters of 2 bytes over ~64 GB/s: about a quarter of a minute
     assert pytest.approx(delay, rel=0.05) == 16e9 / 64e9 + 14.18
+    said = result.summary["engine"]["fleet"]["autoscale"]
+    assert said["engine_start_s"] == 14.18
+    assert said["scale_up_delay"].startswith("worked out: ")
+    assert f"up after {delay:.1f} s (cold start: weights + engine_start_s 14.18 s)" in (
+        autoscale_line([result.summary]))
+
+
+def test_a_given_delay_is_said_as_given_without_the_engine_start_it_does_not_use() -> None:
+    """With ``scale_up_delay_s`` given, the summary listed the default ``engine_start_s``
+    (14.18) beside it, which the delay does not use, and the screen said the delay alone: it
+    now says the delay was given and lists no engine start."""
+    w = make_workload([0], [100], [5], tiers=["interactive"])
+    result = simulate(w, make_policy("conservative"), _config(HAND))
+    said = result.summary["engine"]["fleet"]["autoscale"]
+    assert said["scale_up_delay_s"] == 5.0
+    assert said["scale_up_delay"] == "given (fleet.autoscale.scale_up_delay_s)"
+    assert "engine_start_s" not in said
+    assert "up after 5.0 s (given), down" in autoscale_line([result.summary])
+    # a summary written before (engine_start_s listed, "given" alone) reads the same
+    old = {**said, "scale_up_delay": "given", "engine_start_s": 14.18}
+    assert "up after 5.0 s (given), down" in autoscale_line(
+        [{"engine": {"fleet": {"autoscale": old}}}])
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
@@ -384,7 +408,7 @@ def test_the_command_lines_table_says_what_the_autoscaler_assumed_and_used() -> 
     scaled = simulate(w, make_policy("conservative"), _config(HAND)).summary
     text = render_summaries([scaled]).replace("\n  ", " ")
     assert ("autoscaled fleet: conservative: 1-2 replicas on vllm:num_requests_running "
-            "(target 1.5 a replica, every 7 s, up after 5.0 s, down after a 0 s window): "
+            "(target 1.5 a replica, every 7 s, up after 5.0 s (given), down after a 0 s window): "
             f"{106 / 3600:.3g} GPU-h, peak 2, 2 up / 2 down") in text
     fixed = simulate(w, make_policy("conservative"),
                      replace(_config(HAND), fleet=FleetConfig(2))).summary
@@ -445,3 +469,35 @@ def test_guaranteed_pools_beyond_the_scaled_down_budget_are_refused_before_the_r
     res = CliRunner().invoke(app, ["simulate", "--scenario", str(path),
                                    "--set", "fleet.autoscale.min_replicas=2"])
     assert res.exit_code == 0, res.stderr
+
+
+def test_kv_used_is_over_the_capacity_serving_on_both_screens() -> None:
+    """An autoscaled fleet's "KV used" was over the capacity at its most replicas on
+    simulate's screen (the summary's ``kv`` block) and over the capacity serving at each sample
+    in ``report``: one label, two figures. Both are now token-seconds used over the
+    token-seconds of the capacity serving (up or draining replicas). The known answer's fleet:
+    replica 0 (1,760 tokens) serves over the whole span, 0 to 62 s, replica 1 from 12 to 37
+    (up, then draining) and from 47 to 56 (drained at once, being idle): 1,760 x 96
+    token-seconds over 62 s, not 3,520 x 62."""
+    w = make_workload([0, 0, 0, 29, 30], [700] * 5, [100] * 5, max_output_tokens=[100] * 5,
+                      tiers=["interactive"] * 5)
+    run = simulate(w, make_policy("conservative"), _config(HAND))
+    kv = run.summary["kv"]
+    held = 1760 * 96 / 62
+    assert kv["capacity_mean_tokens"] == pytest.approx(held)
+    assert kv["used_mean_fraction"] == pytest.approx(kv["used_mean"] / held)
+    assert kv["reserved_mean_fraction"] == pytest.approx(kv["reserved_mean"] / held)
+    assert run.summary["kv_capacity_tokens"] == 3520  # the KV capacity column: the most
+    # report's figure, from the timeline's 1 s samples, is the same share (not the old one)
+    report = kv_summary(run.timeline)
+    assert report["used_mean_fraction"] == pytest.approx(kv["used_mean_fraction"], rel=0.03)
+    assert report["reserved_mean_fraction"] == pytest.approx(kv["reserved_mean_fraction"],
+                                                             rel=0.03)
+    assert kv["used_mean"] / 3520 < 0.8 * report["used_mean_fraction"]
+    assert ("KV used/reserved over the capacity serving (up or draining replicas: "
+            f"{held:,.0f} tokens on average; the KV capacity column is at the most replicas)"
+            ) in autoscale_line([run.summary])
+    # a fixed fleet's figures are over its capacity, as before, and said nowhere new
+    fixed = simulate(w, make_policy("conservative"), replace(_config(HAND), fleet=FleetConfig(2)))
+    assert "capacity_mean_tokens" not in fixed.summary["kv"]
+    assert fixed.summary["kv"]["used_mean_fraction"] == fixed.summary["kv"]["used_mean"] / 3520
