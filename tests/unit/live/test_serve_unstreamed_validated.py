@@ -62,6 +62,10 @@ def test_validate_compares_the_e2e_of_requests_not_streamed(tmp_path: Path) -> N
     assert "3 of the 5 completed requests were not streamed (no TTFT: kvbudget serve sees no " \
         "first token of a whole answer): read as the gateway got each, the whole answer at its " \
         "end, their E2E is compared, not their TTFT nor TPOT" in said, said
+    # the line under the table names the gateway as the reader, no client nor proxy
+    assert "TTFT and TPOT: 3 of the 5 compared requests got their whole answer in one read " \
+        "(tokens after the first under 100 us apart: see the note), so their measured TTFT and " \
+        "TPOT are the gateway's read, not the server's times" in said, said
     report = json.loads((tmp_path / "v" / "validation.json").read_text())
     pairs = pd.DataFrame(report["per_request"]).set_index("metric")["num_pairs"]
     assert (pairs["e2e_s"], pairs["ttft_s"], pairs["tpot_s"]) == (5, 2, 2)
