@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 
 
 def whole_answer_said(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None = None,
-                      what: str = "the TTFT and TPOT rows and per-request MAPEs") -> str | None:
+                      what: str = "the TTFT and TPOT rows and per-request MAPEs",
+                      reader: str = "the client") -> str | None:
     """One line under a comparison whose compared requests (the completed ``rows`` of a
     recording's ``measured`` table) include some that got their whole answer in one read: how
-    many, and that ``what`` (compared or fitted on their TTFT and TPOT) take the others only,
-    on both sides; None when there are none."""
+    many, that their times are ``reader``'s read (``"the gateway"`` for a ``kvbudget serve``
+    directory: :func:`~kvbudget.results.recorded_whole_answer.reader_of`), and that ``what``
+    (compared or fitted on their TTFT and TPOT) take the others only, on both sides; None when
+    there are none."""
     usable = measured["usable"].to_numpy(dtype=bool)
     keep = usable if rows is None else usable & np.asarray(rows, dtype=bool)
     burst = keep & whole_answer_rows_of(measured)
@@ -47,11 +50,12 @@ def whole_answer_said(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None
         return None
     num_kept = int(keep.sum())
     return whole_answer_line(int(burst.sum()), num_kept, what=what, how="see the note",
-                             kept=f"E2E: all {num_kept}")
+                             kept=f"E2E: all {num_kept}", reader=reader)
 
 
 def whole_answer_line(num_burst: int, num_compared: int, *, what: str, how: str,
-                      kept: str, metrics: tuple[str, ...] = ("TTFT", "TPOT")) -> str:
+                      kept: str, metrics: tuple[str, ...] = ("TTFT", "TPOT"),
+                      reader: str = "the client") -> str:
     """The line under a comparison of ``num_compared`` requests of which ``num_burst`` got
     their whole answer in one read: ``how`` they were found (in the parenthesis after the
     threshold), that their ``metrics`` are the client's read and ``what`` take the others
@@ -59,7 +63,7 @@ def whole_answer_line(num_burst: int, num_compared: int, *, what: str, how: str,
     named = _listed(metrics, "and")
     head = (f"{named}: {num_burst} of the {num_compared} compared requests got their "
             f"whole answer in one read (tokens after the first under {BURST_ITL_S * 1e6:.0f} "
-            f"us apart: {how}), so their measured {named} are the client's read, not "
+            f"us apart: {how}), so their measured {named} are {reader}'s read, not "
             "the server's times: ")
     others = num_compared - num_burst
     if not others:

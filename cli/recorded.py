@@ -33,6 +33,7 @@ from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name,
 from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
+from kvbudget.results.recorded_whole_answer import reader_of
 from kvbudget.results.recording import load_words
 from kvbudget.results.recordings import read_recording
 from kvbudget.results.said import fill, frontend_said, time_limit_said
@@ -882,7 +883,8 @@ def _print_whole_answer(setup: RecordedSetup, rows: Any) -> None:
     """The line under a fit's table when some of its requests got their whole answer in one
     read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`)."""
     said = whole_answer_said(setup.recording.measured, rows,
-                             what="the fit and the TTFT and TPOT rows above")
+                             what="the fit and the TTFT and TPOT rows above",
+                             reader=reader_of(setup.recording.config))
     if said:
         typer.echo(fill(said))
 

@@ -529,6 +529,28 @@ def _gateway_times_said(meta: dict[str, Any], rec: Any) -> list[str]:
                "simulated front end's fixed time stands for")]
 
 
+def _unstreamed_read_whole(meta: dict[str, Any], rec: Any, completed: npt.NDArray[np.bool_]
+                           ) -> tuple[npt.NDArray[np.float64], list[str]]:
+    """A ``kvbudget serve`` run's TTFTs, and a note of how many were not streamed: a
+    non-streamed answer comes whole, so the gateway sees no first token and its row has its E2E
+    but no TTFT (docs/serve.md: its SLO is judged on its E2E). Such a request is read as the
+    gateway got it, the whole answer at its end (TTFT = E2E, as inference-perf's unstreamed
+    requests are), so :func:`~kvbudget.results.recorded_whole_answer.whole_answer_rows` keeps
+    its E2E in the comparison and leaves its TTFT and TPOT out; it was left out of all."""
+    ttft = rec["ttft_s"].to_numpy(dtype=np.float64)
+    e2e = rec["e2e_s"].to_numpy(dtype=np.float64)
+    whole = completed & ~np.isfinite(ttft) & np.isfinite(e2e)
+    if meta.get("executor") != "serve" or not whole.any():
+        return ttft, []
+    num = int(whole.sum())
+    return np.where(whole, e2e, ttft), [
+        f"{num} of the {counted(int(completed.sum()), 'completed request')} "
+        f"{'were' if num > 1 else 'was'} not streamed (no TTFT: kvbudget serve sees no first "
+        "token of a whole answer): read as the gateway got each, the whole answer at its end, "
+        "their E2E is compared, not their TTFT nor TPOT (stream, as load tools do, to record "
+        "TTFT)"]
+
+
 SIMULATED_RUN = (
     "{path} is a simulated run (simulate or compare --out: its summary names no executor; a "
     "live replay's and serve's do): its times are the simulator's, not measurements, so a fit "
@@ -595,12 +617,13 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
     rules = engine_rules_said(str(e) for st, e in zip(
         columns["status"], columns.get("error", ()), strict=False)
         if st == "rejected_too_large")
-    recording = build_recording(path, "run", workload,
-                       ttft=rec["ttft_s"].to_numpy(dtype=np.float64),
+    ttft, unstreamed = _unstreamed_read_whole(meta, rec, completed)
+    recording = build_recording(path, "run", workload, ttft=ttft,
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[loop.label if loop else ""] * n, itl_mean=_itl_means(path, rec),
                        config=config, counts=counts,
                        notes=_simulated_said(path, run.summary) + ([rules] if rules else [])
-                       + _gateway_times_said(meta, rec) + ([loop_said] if loop_said else []),
+                       + _gateway_times_said(meta, rec) + unstreamed
+                       + ([loop_said] if loop_said else []),
                        output_measured=output, stages=(loop,) if loop else ())
     return replace(recording, workload=workload)

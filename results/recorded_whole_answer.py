@@ -13,6 +13,7 @@ after the last token too, so finds no more of them than the inter-token times wo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -47,9 +48,30 @@ def whole_answer_rows_of(measured: Any) -> BoolArray:
                              measured["itl_mean_s"].to_numpy(dtype=np.float64))
 
 
-def whole_answer_note(rows: BoolArray, usable: BoolArray, itl_mean: FloatArray) -> str | None:
+CLIENT_READ = ("the client read the whole answer at once (a client or API server busy "
+               "elsewhere, a proxy buffering the stream, or a request not streamed)")
+"""Who read a load tool's whole answers at once, and why it may have."""
+
+GATEWAY_READ = ("kvbudget serve read the whole answer at once, from the upstream it streams "
+                "from (the server sent the tokens in bursts, or the gateway's client did not "
+                "stream, and the gateway sees no first token of a whole answer)")
+"""Who read a ``kvbudget serve`` directory's whole answers at once: the gateway itself, which
+streams every answer from its upstream and times each chunk as it reads it; no client nor
+proxy stands between them."""
+
+
+def reader_of(config: Mapping[str, Any]) -> str:
+    """Who read a recording's answers (``config``: :attr:`~kvbudget.results.recording.
+    Recording.config`): ``"the gateway"`` for a ``kvbudget serve`` directory, else
+    ``"the client"``."""
+    return "the gateway" if config.get("executor") == "serve" else "the client"
+
+
+def whole_answer_note(rows: BoolArray, usable: BoolArray, itl_mean: FloatArray,
+                      reader: str = CLIENT_READ) -> str | None:
     """The note of a recording whose ``rows`` (of :func:`whole_answer_rows`) got their whole
-    answer at once, saying what it was read from; None when none did."""
+    answer at once, saying what it was read from and ``reader`` (who read it, and why it
+    may have: :data:`CLIENT_READ`, :data:`GATEWAY_READ`); None when none did."""
     if not rows.any():
         return None
     by_itl = bool(np.isfinite(itl_mean[rows]).all())
@@ -58,8 +80,8 @@ def whole_answer_note(rows: BoolArray, usable: BoolArray, itl_mean: FloatArray) 
            "tokens after the first")
     return (f"{int(rows.sum())} of {int(usable.sum())} completed requests got the tokens after "
             f"their first less than {BURST_ITL_S * 1e6:.0f} us apart on average ({how}; "
-            "faster than 10,000 tokens a second, beyond any published decode speed): the client "
-            "read the whole answer at once (a client or API server busy elsewhere, a proxy "
-            "buffering the stream, or a request not streamed), so their TTFT is about their E2E "
-            "and their TPOT near 0, when the client read them, not when the server made them: "
+            f"faster than 10,000 tokens a second, beyond any published decode speed): {reader}, "
+            "so their TTFT is about their E2E and their TPOT near 0, when "
+            f"{'the gateway' if reader == GATEWAY_READ else 'the client'} read them, not when the "
+            "server made them: "
             "their TTFT and TPOT are left out of every comparison and fit, their E2E kept")

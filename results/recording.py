@@ -21,6 +21,9 @@ import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_whole_answer import (
+    CLIENT_READ,
+    GATEWAY_READ,
+    reader_of,
     whole_answer_note,
     whole_answer_rows,
     whole_answer_rows_of,
@@ -305,7 +308,8 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                         np.nan)
     tiers = np.array(workload.tier_names, dtype=object)[workload.tier]
     itl = np.full(n, np.nan) if itl_mean is None else itl_mean
-    said = whole_answer_note(whole_answer_rows(usable, output, tpot, itl), usable, itl)
+    said = whole_answer_note(whole_answer_rows(usable, output, tpot, itl), usable, itl,
+                             GATEWAY_READ if reader_of(config) == "the gateway" else CLIENT_READ)
     measured = pd.DataFrame({
         "request_id": workload.request_id,
         "tier": tiers,

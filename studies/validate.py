@@ -47,6 +47,7 @@ from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recorded_inference_perf_load import trace_cap_said
 from kvbudget.results.recorded_vllm_bench_peak import peak_said
+from kvbudget.results.recorded_whole_answer import reader_of
 from kvbudget.results.recording import OUTSIDE_WINDOW_STATUSES
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
@@ -331,7 +332,8 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
     per_request = per_request_errors(sim.records[mask], measured[mask])
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
     compared = sim.records if rows is None else sim.records[rows]
-    said = (whole_answer_said(recording.measured, rows), peak_said(recording, compared),
+    said = (whole_answer_said(recording.measured, rows, reader=reader_of(recording.config)),
+            peak_said(recording, compared),
             trace_cap_said(recording, compared))
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,
                                said=tuple(s for s in said if s))
