@@ -14,7 +14,7 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from kvbudget.live.run_dir import (
 )
 from kvbudget.live.serve_admission import Admission, Ticket
 from kvbudget.live.server_metrics import kv_used_unknown_said
+from kvbudget.policies.gateway import GatewayConfig
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.metrics import summarize
@@ -259,6 +260,18 @@ class ServeRecorder:
                    "complete": True, **({"assumed": assumed} if assumed else {})},
         )
         write_outputs(path, records, timeline, summary, None, gaps)
+
+
+def gateway_meta(config: GatewayConfig) -> dict[str, Any]:
+    """``replay.json``'s keys for the gateway's own caps, read back by ``validate --records``
+    into the simulated gateway (a scenario's ``[front_door]`` and ``lease_ttl_s``):
+    ``front_door`` (its caps, ``tier_max_queued`` as a table; ``None``: none) and
+    ``lease_ttl_s`` (``None``: a lease lasts until its request ends). Without them a directory
+    of a gateway that refused at its front door was simulated as one that did not."""
+    door = config.front_door
+    kept = None if door is None else {**asdict(door),
+                                      "tier_max_queued": dict(door.tier_max_queued)}
+    return {"front_door": kept, "lease_ttl_s": config.lease_ttl_s}
 
 
 def _recorded_tiers(meta: Any) -> tuple[TierConfig, ...]:

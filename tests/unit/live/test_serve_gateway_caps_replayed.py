@@ -1,0 +1,120 @@
+"""A ``kvbudget serve`` run directory keeps the gateway's own caps, its front door and lease
+TTL (``replay.json``'s ``front_door``, ``lease_ttl_s``), and ``validate --records`` simulates
+the gateway with them. Before, the directory kept the policy and tiers only: a run whose
+gateway refused at its front door (``max_concurrent_requests`` 1) was simulated as a gateway
+without one, which served the request the live one refused, unsaid. A directory written
+before they were kept says they are unknown; a budget re-read mid-run says the one simulated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.live.gateway_server import ServeConfig
+from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
+from kvbudget.live.serve_run import ServeSettings, build_server
+from kvbudget.live.serve_upstream import UpstreamOptions
+from kvbudget.policies import make_policy
+from kvbudget.policies.gateway import FrontDoor
+from kvbudget.policies.request import Request as GatewayRequest
+from kvbudget.policies.tiers import TierConfig
+
+pytestmark = pytest.mark.timeout(120)
+TIERS = (TierConfig("chat", max_sequence_tokens=4096, queue_timeout_s=5.0),)
+SAMPLE = {"time_s": 0.0, "kv_used_tokens": 0, "kv_reserved_tokens": 0,
+          "kv_capacity_tokens": 20_000, "num_running": 0, "num_waiting": 0,
+          "num_preemptions": 0}
+
+
+def _recorder(out: Path, door: FrontDoor | None, ttl: float | None) -> ServeRecorder:
+    """The recorder ``kvbudget serve`` builds (:func:`build_server`, no server started): its
+    ``replay.json`` as the gateway writes it."""
+    settings = ServeSettings(
+        tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+        upstream=UpstreamOptions(("http://127.0.0.1:9",)), out=out, capacity_tokens=20_000,
+        config=ServeConfig(count_tokens="bytes", trust_tier_header=True, default_tier="chat"),
+        front_door=door,
+        lease_ttl_s=ttl)
+    recorder = build_server(settings, settings.gateway(20_000)).recorder
+    assert recorder is not None
+    return recorder
+
+
+def _two_at_once(recorder: ServeRecorder, later: int | None = None) -> Path:
+    """Two requests 1 ms apart: the first served, the second refused by the front door's cap
+    of one request in flight (429 ``concurrency``), as the live gateway wrote them; ``later``:
+    a budget read from the upstreams after the first ended."""
+    recorder.sample(SAMPLE, 0.0)
+    first = GatewayRequest(request_id=0, tier="chat", arrival_s=0.0, prompt_tokens=100,
+                           max_output_tokens=50)
+    recorder.write(request_row(first, Outcome(
+        "completed", "", 50, 0.0, 0.02, 0.3, 150, token_gaps_s=(6e-3,) * 49)), 0.3)
+    if later is not None:
+        recorder.sample({**SAMPLE, "time_s": 0.3, "kv_capacity_tokens": later}, 0.3)
+    second = GatewayRequest(request_id=1, tier="chat", arrival_s=0.001, prompt_tokens=100,
+                            max_output_tokens=50)
+    recorder.write(request_row(second, Outcome("rejected_overloaded", "concurrency",
+                                               finished_s=0.001)), 0.3)
+    return recorder.close(0.3) or Path()
+
+
+def _validate(run_dir: Path, out: Path) -> tuple[str, pd.DataFrame]:
+    res = CliRunner().invoke(app, ["validate", "--records", str(run_dir), "--gpu", "H100-80GB",
+                                   "--model", "Llama-3.1-8B", "--out", str(out)])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, said
+    sim = pd.read_parquet(out / "sim" / "requests.parquet").sort_values("request_id")
+    return said, sim
+
+
+def test_a_serve_runs_front_door_and_lease_ttl_are_simulated(tmp_path: Path) -> None:
+    run_dir = _two_at_once(_recorder(tmp_path / "runs", FrontDoor(max_concurrent_requests=1),
+                                     30.0))
+    meta = json.loads((run_dir / "replay.json").read_text())
+    assert meta["front_door"]["max_concurrent_requests"] == 1
+    assert meta["front_door"]["tier_max_queued"] == {}
+    assert meta["lease_ttl_s"] == 30.0
+    said, sim = _validate(run_dir, tmp_path / "v")
+    assert "front door max_concurrent_requests 1, evicting lower priorities from the " \
+        "recording; lease TTL 30 s from the recording" in said, said
+    # the simulated gateway refuses the second at its front door, as the live one did
+    assert list(sim["status"]) == ["completed", "rejected_overloaded"], sim
+    assert sim["reason"].iloc[1] == "concurrency"
+
+
+def test_a_serve_run_without_caps_says_so(tmp_path: Path) -> None:
+    """A gateway without a front door nor a lease TTL is recorded as such (``null``), and
+    simulated without them, said."""
+    run_dir = _two_at_once(_recorder(tmp_path / "runs", None, None))
+    meta = json.loads((run_dir / "replay.json").read_text())
+    assert meta["front_door"] is None and meta["lease_ttl_s"] is None
+    said, sim = _validate(run_dir, tmp_path / "v")
+    assert "no front-door caps from the recording; lease TTL none from the recording" in said
+    assert list(sim["status"]) == ["completed", "completed"]
+
+
+def test_a_directory_written_before_says_its_caps_are_unknown(tmp_path: Path) -> None:
+    recorder = ServeRecorder(tmp_path / "runs", tiers=TIERS,
+                             policy={"name": "conservative"}, rotate_requests=100,
+                             meta={"executor": "serve", "tiers": [
+                                 {"name": "chat", "max_sequence_tokens": 4096,
+                                  "queue_timeout_s": 5.0}]})
+    said, _ = _validate(_two_at_once(recorder), tmp_path / "v")
+    assert "the gateway's front-door caps and lease TTL are unknown (the directory was " \
+        "written before kvbudget serve kept them): simulated without them" in said, said
+
+
+def test_a_budget_that_changed_mid_run_is_said(tmp_path: Path) -> None:
+    """The upstreams' /metrics re-read mid-run moved the budget: the simulation has one."""
+    run_dir = _two_at_once(_recorder(tmp_path / "runs", None, None),
+                           later=12_000)
+    said, _ = _validate(run_dir, tmp_path / "v")
+    assert "the gateway's budget changed while this run ran (12,000 to 20,000 tokens, " \
+        "re-read from the upstreams' /metrics or reloaded; 20,000 at its start, 12,000 at " \
+        "its end): the simulation holds one budget throughout, 12,000 tokens (the last)" \
+        in said, said
