@@ -202,19 +202,24 @@ class ServeRecorder:
         self.meta.update(told)
         return closed
 
-    def new_policy(self, now_s: float, policy: Mapping[str, Any]) -> Path | None:
-        """The scenario was reloaded with another ``policy`` (as it describes itself): close
-        the open directory (returned; ``None`` when none was open or the policy is the same),
-        whose rows ran under the policy before and say it, and record ``policy`` in the next,
-        so that ``validate --records`` simulates each directory under the policy it ran."""
-        if dict(policy) == self.policy:
+    def new_policy(self, now_s: float, policy: Mapping[str, Any],
+                   gateway: Mapping[str, Any] | None = None) -> Path | None:
+        """The scenario was reloaded with another ``policy`` (as it describes itself) or other
+        gateway caps (``gateway``: :func:`gateway_meta`): close the open directory (returned;
+        ``None`` when none was open or nothing changed), whose rows ran under those before and
+        say them, and record the new ones in the next, so that ``validate --records``
+        simulates each directory under the policy, front door and lease TTL it ran with."""
+        caps = dict(gateway or {})
+        if dict(policy) == self.policy and all(self.meta.get(k, v) == v
+                                               for k, v in caps.items()):
             return None
         closed = self.close(now_s)
         self.policy = dict(policy)
         self.meta["policy"] = dict(policy)
+        self.meta.update(caps)
         if closed is not None:
-            log.warning("%s closed: its requests ran under the policy before the reload; the "
-                        "next run directory records the new one", closed)
+            log.warning("%s closed: its requests ran under the policy and gateway caps before "
+                        "the reload; the next run directory records the new ones", closed)
         return closed
 
     def _close_left_open(self, path: Path) -> None:

@@ -8,6 +8,7 @@ before they were kept says they are unknown; a budget re-read mid-run says the o
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.live.gateway_server import ServeConfig
 from kvbudget.live.serve_records import Outcome, ServeRecorder, request_row
+from kvbudget.live.serve_reload import Reloaded, apply_reload
 from kvbudget.live.serve_run import ServeSettings, build_server
 from kvbudget.live.serve_upstream import UpstreamOptions
 from kvbudget.policies import make_policy
@@ -118,3 +120,37 @@ def test_a_budget_that_changed_mid_run_is_said(tmp_path: Path) -> None:
         "re-read from the upstreams' /metrics or reloaded; 20,000 at its start, 12,000 at " \
         "its end): the simulation holds one budget throughout, 12,000 tokens (the last)" \
         in said, said
+
+
+def test_a_reload_of_the_caps_starts_a_directory_that_records_them(tmp_path: Path) -> None:
+    """A reload (SIGHUP) that changed the front door or lease TTL but not the policy kept the
+    open directory, whose ``replay.json`` then said the caps before for rows run after: the
+    directory is closed and the next records the new caps, as a policy reload does."""
+    settings = ServeSettings(
+        tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
+        upstream=UpstreamOptions(("http://127.0.0.1:9",)), out=tmp_path / "runs",
+        capacity_tokens=20_000,
+        config=ServeConfig(count_tokens="bytes", trust_tier_header=True, default_tier="chat"),
+        front_door=FrontDoor(max_concurrent_requests=1), lease_ttl_s=30.0)
+    server = build_server(settings, settings.gateway(20_000))
+    recorder = server.recorder
+    assert recorder is not None
+    recorder.sample(SAMPLE, 0.0)
+    request = GatewayRequest(request_id=0, tier="chat", arrival_s=0.0, prompt_tokens=100,
+                             max_output_tokens=50)
+    recorder.write(request_row(request, Outcome("completed", "", 50, 0.0, 0.02, 0.3, 150)), 0.3)
+    same = Reloaded(make_policy("conservative", {}), TIERS,
+                    front_door=FrontDoor(max_concurrent_requests=1), lease_ttl_s=30.0)
+    assert apply_reload(server.admission, lambda: same, recorder.new_policy)
+    assert recorder.closed == []  # nothing changed: the directory stays open
+    wider = Reloaded(make_policy("conservative", {}), TIERS,
+                     front_door=FrontDoor(max_concurrent_requests=8), lease_ttl_s=None)
+    assert apply_reload(server.admission, lambda: wider, recorder.new_policy)
+    assert recorder.closed == [tmp_path / "runs" / "run-0001"]
+    recorder.write(request_row(replace(request, request_id=1), Outcome(
+        "completed", "", 50, 0.4, 0.42, 0.7, 150)), 0.7)
+    recorder.close(0.7)
+    before = json.loads((tmp_path / "runs" / "run-0001" / "replay.json").read_text())
+    after = json.loads((tmp_path / "runs" / "run-0002" / "replay.json").read_text())
+    assert (before["front_door"]["max_concurrent_requests"], before["lease_ttl_s"]) == (1, 30.0)
+    assert (after["front_door"]["max_concurrent_requests"], after["lease_ttl_s"]) == (8, None)
