@@ -154,3 +154,19 @@ def test_a_reload_of_the_caps_starts_a_directory_that_records_them(tmp_path: Pat
     after = json.loads((tmp_path / "runs" / "run-0002" / "replay.json").read_text())
     assert (before["front_door"]["max_concurrent_requests"], before["lease_ttl_s"]) == (1, 30.0)
     assert (after["front_door"]["max_concurrent_requests"], after["lease_ttl_s"]) == (8, None)
+
+
+def test_a_damaged_front_door_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    """A hand-edited ``front_door`` of an unknown cap: one line naming the file and the
+    fields, exit 2, no traceback, and no simulation without it."""
+    run_dir = _two_at_once(_recorder(tmp_path / "runs", FrontDoor(max_concurrent_requests=1),
+                                     None))
+    meta = json.loads((run_dir / "replay.json").read_text())
+    meta["front_door"]["max_concurrent"] = 4
+    (run_dir / "replay.json").write_text(json.dumps(meta))
+    res = CliRunner().invoke(app, ["validate", "--records", str(run_dir), "--gpu", "H100-80GB",
+                                   "--model", "Llama-3.1-8B", "--out", str(tmp_path / "v")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, said
+    assert f"error: {run_dir}: replay.json: front_door/lease_ttl_s:" in said, said
+    assert "max_concurrent" in said and "Traceback" not in said
