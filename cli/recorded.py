@@ -30,6 +30,7 @@ from kvbudget.perf.cost_model import LinearCostModel
 from kvbudget.perf.fitted_on import fitted_for, fitted_model_said
 from kvbudget.perf.hardware import get_gpu, gpu_label
 from kvbudget.perf.models import KV_CACHE_DTYPES, get_model, resolve_model_name, suggest_model
+from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import DEFAULT_TIERS, TierConfig
 from kvbudget.results.recorded_sglang_server import SGLANG_BALANCE
 from kvbudget.results.recorded_vllm_bench_client import notes_for_engine
@@ -387,7 +388,63 @@ def _recorded_gateway(recording: "Recording", config: "SimConfig"
     cfg = recording.config
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
-    given = cfg.get("tiers")
+    config, caps_said = _recorded_caps(recording, config)
+    config, tiers_said = _recorded_tiers(recording, config)
+    return config, caps_said + tiers_said
+
+
+def _door_said(door: FrontDoor | None) -> str:
+    if door is None:
+        return "no front-door caps"
+    caps = [f"{f.name} {v}" for f in dataclasses.fields(door)
+            if f.name != "evict_lower_priority" and (v := getattr(door, f.name)) not in (None, ())]
+    return "front door " + (", ".join(caps) or "without caps") + (
+        ", evicting lower priorities" if door.evict_lower_priority and caps else "")
+
+
+def _recorded_caps(recording: "Recording", config: "SimConfig") -> tuple["SimConfig", str]:
+    """``config`` with a ``kvbudget serve`` run's front-door caps and lease TTL (its
+    ``replay.json``'s ``front_door``, ``lease_ttl_s``) where no ``--scenario`` (nor ``--set``)
+    gives them, and what is said of them; a directory written before they were kept says
+    they are unknown and simulated without (they were simulated without, unsaid)."""
+    cfg = recording.config
+    if cfg.get("executor") != "serve":
+        return config, ""
+    if "front_door" not in cfg and "lease_ttl_s" not in cfg:
+        return config, (
+            "; the gateway's front-door caps and lease TTL are unknown (the directory was "
+            "written before kvbudget serve kept them): simulated without them"
+            + ("" if config.front_door is None and config.lease_ttl_s is None
+               else ", but for the --scenario's"))
+    try:
+        given = cfg.get("front_door")
+        door = None if given is None else FrontDoor(**{
+            **given, "tier_max_queued": tuple(sorted(dict(given.get(
+                "tier_max_queued") or {}).items()))})
+        ttl = cfg.get("lease_ttl_s")
+        ttl = None if ttl is None else float(ttl)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CliError(f"{recording.path}: replay.json: front_door/lease_ttl_s: {exc}") from None
+    said = []
+    if config.front_door is None:
+        config = replace(config, front_door=door)
+        said.append(f"{_door_said(door)} from the recording")
+    elif config.front_door != door:
+        said.append(f"the --scenario's front door, not the run's ({_door_said(door)})")
+    if config.lease_ttl_s is None:
+        config = replace(config, lease_ttl_s=ttl)
+        said.append("lease TTL " + ("none" if ttl is None else f"{ttl:g} s")
+                    + " from the recording")
+    elif config.lease_ttl_s != ttl:
+        said.append(f"the --scenario's lease TTL, not the run's ({ttl} s)")
+    return config, "; " + "; ".join(said)
+
+
+def _recorded_tiers(recording: "Recording", config: "SimConfig"
+                    ) -> tuple["SimConfig", str]:
+    """``config`` with the tiers a ``kvbudget serve`` run admitted by (see
+    :func:`_recorded_gateway`) and what is said of them."""
+    given = recording.config.get("tiers")
     if not isinstance(given, list):
         return config, ""
     try:

@@ -14,7 +14,7 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from kvbudget.live.run_dir import (
 )
 from kvbudget.live.serve_admission import Admission, Ticket
 from kvbudget.live.server_metrics import kv_used_unknown_said
+from kvbudget.policies.gateway import GatewayConfig
 from kvbudget.policies.request import Request
 from kvbudget.policies.tiers import TierConfig
 from kvbudget.results.metrics import summarize
@@ -201,19 +202,24 @@ class ServeRecorder:
         self.meta.update(told)
         return closed
 
-    def new_policy(self, now_s: float, policy: Mapping[str, Any]) -> Path | None:
-        """The scenario was reloaded with another ``policy`` (as it describes itself): close
-        the open directory (returned; ``None`` when none was open or the policy is the same),
-        whose rows ran under the policy before and say it, and record ``policy`` in the next,
-        so that ``validate --records`` simulates each directory under the policy it ran."""
-        if dict(policy) == self.policy:
+    def new_policy(self, now_s: float, policy: Mapping[str, Any],
+                   gateway: Mapping[str, Any] | None = None) -> Path | None:
+        """The scenario was reloaded with another ``policy`` (as it describes itself) or other
+        gateway caps (``gateway``: :func:`gateway_meta`): close the open directory (returned;
+        ``None`` when none was open or nothing changed), whose rows ran under those before and
+        say them, and record the new ones in the next, so that ``validate --records``
+        simulates each directory under the policy, front door and lease TTL it ran with."""
+        caps = dict(gateway or {})
+        if dict(policy) == self.policy and all(self.meta.get(k, v) == v
+                                               for k, v in caps.items()):
             return None
         closed = self.close(now_s)
         self.policy = dict(policy)
         self.meta["policy"] = dict(policy)
+        self.meta.update(caps)
         if closed is not None:
-            log.warning("%s closed: its requests ran under the policy before the reload; the "
-                        "next run directory records the new one", closed)
+            log.warning("%s closed: its requests ran under the policy and gateway caps before "
+                        "the reload; the next run directory records the new ones", closed)
         return closed
 
     def _close_left_open(self, path: Path) -> None:
@@ -259,6 +265,18 @@ class ServeRecorder:
                    "complete": True, **({"assumed": assumed} if assumed else {})},
         )
         write_outputs(path, records, timeline, summary, None, gaps)
+
+
+def gateway_meta(config: GatewayConfig) -> dict[str, Any]:
+    """``replay.json``'s keys for the gateway's own caps, read back by ``validate --records``
+    into the simulated gateway (a scenario's ``[front_door]`` and ``lease_ttl_s``):
+    ``front_door`` (its caps, ``tier_max_queued`` as a table; ``None``: none) and
+    ``lease_ttl_s`` (``None``: a lease lasts until its request ends). Without them a directory
+    of a gateway that refused at its front door was simulated as one that did not."""
+    door = config.front_door
+    kept = None if door is None else {**asdict(door),
+                                      "tier_max_queued": dict(door.tier_max_queued)}
+    return {"front_door": kept, "lease_ttl_s": config.lease_ttl_s}
 
 
 def _recorded_tiers(meta: Any) -> tuple[TierConfig, ...]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from kvbudget.live.serve_admission import Admission
+from kvbudget.live.serve_records import gateway_meta
 from kvbudget.policies.base import Policy
 from kvbudget.policies.gateway import FrontDoor, GatewayConfig
 from kvbudget.policies.tiers import TierConfig
@@ -51,12 +53,14 @@ def tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) ->
 
 
 def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded],
-                 new_policy: Callable[[float, dict[str, object]], object] | None = None
+                 new_policy: Callable[[float, dict[str, object], dict[str, Any]], object]
+                 | None = None
                  ) -> bool:
     """Read the scenario again with ``read`` (the policy alone, or a :class:`Reloaded`) and
     apply what is safe to change live (the module doc); True when it was applied, and then
     ``new_policy`` (the run directories': :meth:`ServeRecorder.new_policy`) is told the time
-    and the policy as it describes itself. A bad file (``ValueError``, ``OSError``), or one
+    and the policy as it describes itself, with the gateway's caps (its front door and lease
+    TTL: :func:`~kvbudget.live.serve_records.gateway_meta`). A bad file (``ValueError``, ``OSError``), or one
     whose tiers changed, keeps everything running and logs one line."""
     gw = admission.gateway
     try:
@@ -75,7 +79,7 @@ def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded],
     else:
         _reconfigure(admission, new, config)
     if new_policy is not None:
-        new_policy(admission.now(), gw.policy.describe())
+        new_policy(admission.now(), gw.policy.describe(), gateway_meta(gw.config))
     return True
 
 

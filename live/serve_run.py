@@ -27,7 +27,7 @@ import uvicorn
 from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
-from kvbudget.live.serve_records import ServeRecorder
+from kvbudget.live.serve_records import ServeRecorder, gateway_meta
 from kvbudget.live.serve_reload import Reloaded, policy_said
 from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
@@ -157,6 +157,7 @@ def build_server(settings: ServeSettings, gateway: GatewayConfig,
                                      "router": settings.upstream.router,
                                      "tiers": [asdict(t) for t in gateway.tiers],
                                      "count_tokens": settings.config.count_tokens,
+                                     **gateway_meta(gateway),
                                      **told(servers or [])})
     return GatewayServer(Admission(Gateway(gateway, policy)), Upstreams(settings.upstream),
                          settings.config, recorder=recorder,

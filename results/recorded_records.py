@@ -467,6 +467,9 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> di
         config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
     if isinstance(meta.get("tiers"), list):  # kvbudget serve's: what it admitted by
         config["tiers"] = meta["tiers"]
+    for key in ("front_door", "lease_ttl_s"):  # kvbudget serve's caps (None: it had none)
+        if key in meta:
+            config[key] = meta[key]
     config.update(server_config(meta.get("server") or {}, config, (path, "server")))
     config.update(serve_fleet(meta, config, path))
     return config
@@ -551,6 +554,25 @@ def _unstreamed_read_whole(meta: dict[str, Any], rec: Any, completed: npt.NDArra
         "TTFT)"]
 
 
+def _budget_moved_said(meta: dict[str, Any], timeline: Any, config: dict[str, Any]
+                       ) -> list[str]:
+    """For a ``kvbudget serve`` run whose budget changed while it ran (re-read from the
+    upstreams' ``/metrics``, or reloaded: its timeline's ``kv_capacity_tokens``): the simulated
+    gateway has one budget throughout, which is said with the range the run had."""
+    if meta.get("executor") != "serve" or "kv_capacity_tokens" not in timeline.columns:
+        return []
+    caps = timeline["kv_capacity_tokens"].dropna().astype(np.int64)
+    if caps.nunique() < 2:
+        return []
+    held = config.get("kv_capacity_tokens")
+    return [f"the gateway's budget changed while this run ran ({int(caps.min()):,} to "
+            f"{int(caps.max()):,} tokens, re-read from the upstreams' /metrics or reloaded; "
+            f"{int(caps.iat[0]):,} at its start, {int(caps.iat[-1]):,} at its end): the "
+            "simulation holds one budget throughout"
+            + (f", {int(held):,} tokens (the last)" if isinstance(held, int) else "")
+            + " (--set gateway_capacity_tokens=N chooses another)"]
+
+
 SIMULATED_RUN = (
     "{path} is a simulated run (simulate or compare --out: its summary names no executor; a "
     "live replay's and serve's do): its times are the simulator's, not measurements, so a fit "
@@ -624,6 +646,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
                        config=config, counts=counts,
                        notes=_simulated_said(path, run.summary) + ([rules] if rules else [])
                        + _gateway_times_said(meta, rec) + unstreamed
+                       + _budget_moved_said(meta, run.timeline, config)
                        + ([loop_said] if loop_said else []),
                        output_measured=output, stages=(loop,) if loop else ())
     return replace(recording, workload=workload)
