@@ -263,4 +263,10 @@ def cap_reached(sent: FloatArray, end: FloatArray, cap: int | None) -> bool:
     vllm/benchmarks/serve.py lines 974-984 and 1073)."""
     if not cap or not len(sent):
         return False
-    return int(in_flight_after(np.sort(sent), sent, end).max()) >= cap
+    return peak_in_flight(sent, end) >= cap
+
+
+def peak_in_flight(sent: FloatArray, end: FloatArray) -> int:
+    """The most requests in flight at once (:func:`in_flight_after` at each send; NaN ends
+    count in flight to the last), 0 for none."""
+    return int(in_flight_after(sent, sent, end).max()) if len(sent) else 0

@@ -62,10 +62,10 @@ from kvbudget.results.recorded_fields import (
     dig,
     finish_columns,
     first_number,
-    in_flight_after,
     load_json,
     max_tokens_note,
     number,
+    peak_in_flight,
     time_limit_note,
     without_shared_times,
 )
@@ -321,8 +321,7 @@ def _process_peaks(bench: Mapping[str, Any]) -> dict[int, int]:
     peaks = {}
     for pid, spans in times.items():
         sent = np.array([a for a, _ in spans])
-        peaks[pid] = int(in_flight_after(np.sort(sent), sent,
-                                         np.array([b for _, b in spans])).max())
+        peaks[pid] = peak_in_flight(sent, np.array([b for _, b in spans]))
     return peaks
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
 
-from kvbudget.results.recorded_fields import dig, in_flight_after
+from kvbudget.results.recorded_fields import dig, peak_in_flight
 from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
@@ -141,15 +141,13 @@ def trace_cap_said(recording: Recording, simulated: pd.DataFrame) -> str | None:
     caps = recording.config.get(TRACE_CAP_KEY)
     if not isinstance(caps, Mapping) or not caps:
         return None
-    stage_of = recording.measured.set_index("request_id")["stage"].astype(str)
-    stages = stage_of.reindex(simulated["request_id"].to_numpy()).to_numpy()
+    stages = recording.stages_of(simulated["request_id"].to_numpy())
     sent = simulated["arrival_s"].to_numpy(dtype=np.float64)
     end = simulated["finished_s"].to_numpy(dtype=np.float64)
     over = []
     for label, cap in caps.items():
         mine = (stages == label) & np.isfinite(sent) & np.isfinite(end)
-        at = np.sort(sent[mine])
-        peak = int(in_flight_after(at, sent[mine], end[mine]).max()) if len(at) else 0
+        peak = peak_in_flight(sent[mine], end[mine])
         if peak > cap:
             over.append(f"stage '{label}': up to {peak} in flight, its workers' cap {cap}")
     if not over:

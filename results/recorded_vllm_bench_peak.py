@@ -68,9 +68,8 @@ def peak_said(recording: Recording, simulated: pd.DataFrame) -> str | None:
     recorded = recording.config.get(PEAK_KEY)
     if not isinstance(recorded, Mapping) or not recorded:
         return None
-    stage_of = recording.measured.set_index("request_id")["stage"].astype(str)
     sim = simulated[simulated["status"] == "completed"]
-    stages = stage_of.reindex(sim["request_id"].to_numpy()).to_numpy()
+    stages = recording.stages_of(sim["request_id"].to_numpy())
     parts = []
     for label, peak in recorded.items():
         mine = sim[stages == label]

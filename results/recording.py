@@ -252,6 +252,12 @@ class Recording:
             "reserved_tokens": np.zeros(n, dtype=np.int64),
         }, columns=list(RECORD_COLUMNS))
 
+    def stages_of(self, request_ids: npt.ArrayLike) -> npt.NDArray[np.object_]:
+        """The stage label (``measured``'s ``stage``, as text) of each of ``request_ids``: a
+        simulation's rows of this recording, in the simulation's order."""
+        labels = self.measured.set_index("request_id")["stage"].astype(str)
+        return labels.reindex(np.asarray(request_ids)).to_numpy()
+
     def fit_rows(self, holdout: float) -> npt.NDArray[np.bool_]:
         """A mask of the requests before the last ``holdout`` fraction (by arrival): what
         ``--holdout`` fits on; ``~mask`` is the held-out part it validates on."""
