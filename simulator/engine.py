@@ -72,6 +72,7 @@ class Engine(Scheduler):
         self._between_steps = False  # a step has ended and the next is not yet scheduled
         self._busy = False  # a step is in flight
         self._wake: simpy.Event | None = None
+        self._idle_from = math.inf  # while it sleeps: since when its KV is logged (_held_to)
         self._caps = QueueCaps.of(config)
         self.process = env.process(self._run())
 
@@ -155,6 +156,7 @@ class Engine(Scheduler):
             self._aborts.append(i)
             self._work_changed()
         else:
+            self._held_to(self.env.now)  # (while idle: the blocks it frees were held till now)
             self._abort_now(i)
 
     def fits(self, i: int) -> bool:
@@ -388,10 +390,22 @@ class Engine(Scheduler):
             if self._wake is wake:  # not woken yet
                 self._wake = None
                 wake.succeed()
-        if t_held < math.inf:
+        if t_held < math.inf:  # (held work holds KV blocks meanwhile: none without it)
             Timeout(env, max(0.0, t_held - env.now)).callbacks.append(ring)
+            self._idle_from = self.t
         yield wake
+        if t_held < math.inf:
+            self._held_to(env.now)
+            self._idle_from = math.inf
         self.t = max(self.t, env.now)
+
+    def _held_to(self, now: float) -> None:
+        """While the engine sleeps (:meth:`_sleep`), log its KV blocks in use from ``_idle_from``
+        (when it fell idle, or an idle abort since; ``inf`` while it steps) to ``now``."""
+        t0 = self._idle_from
+        if t0 < now:
+            self.log.held(t0, now, self.kv.num_used_blocks)
+            self._idle_from = now
 
     # --- aborts --------------------------------------------------------------------------------
     def _work_changed(self, *, added: bool = False, lag: int = 0) -> None:

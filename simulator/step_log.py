@@ -58,6 +58,14 @@ class StepLog:
             self.timeline.sample_steps(step_end, used, reserved, counts, num_preemptions)
             self._settle()
 
+    def held(self, t0: float, t1: float, used_blocks: int) -> None:
+        """No step ran from ``t0`` to ``t1`` (the engine idle, or waiting for held work: a KV
+        load, ``remote_kv``, ``kv_offload``) while ``used_blocks`` KV blocks were in use: their
+        token-seconds, a step's term (cached blocks no request holds are free, so an engine
+        idle without held work adds none)."""
+        if used_blocks:
+            self.integrals.add_step(t1 - t0, used_blocks, False)
+
     def ended(self, t1: float) -> None:
         """A step ended at ``t1``."""
         self._ends.append(t1)

@@ -1,7 +1,8 @@
 """An engine's exact time integrals (issue 37: the engine's metrics apart from its
 scheduling): KV tokens in use times seconds, and the seconds during which the waiting head
 could not start for lack of KV memory. Running exact sums (:class:`ExactSum`, ``math.fsum``'s
-value) whose terms wait in lists a step or a decode run appends to, folded at each timeline
+value) whose terms wait in lists a step, a decode run or a span without steps while blocks are
+held (``StepLog.held``: a KV load on an idle engine) appends to, folded at each timeline
 sample."""
 
 from __future__ import annotations

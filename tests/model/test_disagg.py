@@ -408,6 +408,48 @@ def test_the_kv_figures_are_the_decode_pools_and_the_prefill_pools_beside() -> N
     assert (tl["prefill_kv_capacity_tokens"] == 128).all()
 
 
+@pytest.mark.parametrize("skip_ahead", [False, True])
+def test_the_decode_pools_kv_used_counts_the_blocks_held_while_their_kv_is_read(
+        skip_ahead: bool) -> None:
+    """The case above, the decode replica's KV token-seconds worked by hand: it holds A's two
+    blocks (32 tokens) from A's admission at 0.01, through its read and the idle polls, to the
+    end of A's step at 0.072 (0.062 s, no step but the last running), then B's one block (16
+    tokens) from its admission at 0.072 to the end of its step at 0.109 (0.037 s): 32 x 0.062
+    + 16 x 0.037 = 2.576 token-seconds over the run's 0.109 s. Before, the integral counted
+    the blocks only during the two steps (0.01 s each: 32 x 0.01 + 16 x 0.01 = 0.48)."""
+    w = from_columns([0.0, 0.0], [31, 16], [1, 1])
+    cfg = _config(None, skip_ahead=skip_ahead)
+    cfg = replace(cfg, disaggregation=replace(
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+    s = simulate(w, make_policy("unlimited"), cfg).summary
+    decode = s["engine"]["disaggregation"]["decode"]
+    assert decode["kv_used_mean"] == pytest.approx((32 * 0.062 + 16 * 0.037) / 0.109, rel=1e-12)
+    assert decode["kv_used_mean_fraction"] == pytest.approx(
+        (32 * 0.062 + 16 * 0.037) / 0.109 / 32, rel=1e-12)
+    assert s["kv"]["used_mean"] == decode["kv_used_mean"]
+
+
+@pytest.mark.parametrize("skip_ahead", [False, True])
+def test_blocks_freed_by_an_abort_while_the_replica_is_idle_count_until_the_abort(
+        skip_ahead: bool) -> None:
+    """A (31 tokens: 2 blocks, one output token) alone with a 30 ms lease: prefilled [0, 0.01],
+    admitted by the decode replica at 0.01, whose read would end at 0.06; the lease expires at
+    0.03 while the replica runs no model, and the abort frees A's blocks then. The decode
+    replica held 32 tokens for 0.02 s over the run's 0.03 s (the prefill replica 32 tokens for
+    its 0.01 s step). Counting the blocks when the replica next woke (after the abort) would
+    give nothing."""
+    w = from_columns([0.0], [31], [1])
+    cfg = _config(None, skip_ahead=skip_ahead)
+    cfg = replace(cfg, lease_ttl_s=0.03, disaggregation=replace(
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+    res = simulate(w, make_policy("unlimited"), cfg)
+    assert list(res.records.status) == ["preempted_dropped"]
+    assert res.records.transfer_start_s.tolist() == pytest.approx([0.01])
+    pools = res.summary["engine"]["disaggregation"]
+    assert pools["decode"]["kv_used_mean"] == pytest.approx(32 * 0.02 / 0.03, rel=1e-12)
+    assert pools["prefill"]["kv_used_mean"] == pytest.approx(32 * 0.01 / 0.03, rel=1e-12)
+
+
 def test_a_fleets_timeline_has_no_prefill_columns() -> None:
     w = from_columns([0.0], [16], [2])
     tl = simulate(w, make_policy("conservative"), _config(None)).timeline

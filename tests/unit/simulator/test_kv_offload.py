@@ -110,6 +110,38 @@ def test_a_prefix_evicted_from_the_gpu_is_loaded_from_cpu_in_the_time_worked_by_
 
 
 @pytest.mark.parametrize("skip", [False, True])
+def test_the_blocks_of_a_load_waiting_on_an_idle_engine_count_as_used(skip: bool) -> None:
+    # The case above, its KV token-seconds worked by hand (a step holds the blocks of the
+    # tokens it computes; linear steps 0.01 + 0.001 a prefill token). A: its prefill
+    # [0, 1.034] holds 64 blocks (1,024 tokens), its decode step [1.034, 1.044] 65 (1,040
+    # tokens); B the same from 3. C is given the blocks of its CPU hit (512 tokens, 32
+    # blocks) at 6 and holds them while the engine runs no model until 6.004, then prefills
+    # [6.004, 6.526] with 64 blocks and decodes [6.526, 6.536] with 65. Before, the 4 ms the
+    # idle engine held C's 32 blocks counted nothing (2,683.36 token-seconds).
+    w = workload([0.0, 3.0, 6.0], [1024] * 3, [2] * 3, [[1, 2], [3, 4], [1, 2]])
+    result = simulate(w, make_policy("unlimited"), config(skip=skip))
+    step_ts = 1024 * 1.034 + 1040 * 0.01
+    token_s = 2 * step_ts + 512 * 0.004 + 1024 * 0.522 + 1040 * 0.01
+    assert token_s == pytest.approx(2685.408)
+    assert result.summary["kv"]["used_mean"] == pytest.approx(token_s / 6.536, rel=1e-12)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_cached_blocks_no_request_holds_count_as_free_while_the_engine_is_idle(
+        skip: bool) -> None:
+    # Without the tier: A as above ([0, 1.034] with 64 blocks, [1.034, 1.044] with 65), then
+    # the engine is idle until B comes at 3 with A's prompt. A's blocks stay in the prefix
+    # cache, which no request holds: free (KVBlocks.num_used_blocks), so the idle 1.956 s add
+    # nothing. B hits one 512-token hash on the GPU and prefills the rest [3, 3.522] with 64
+    # blocks, then decodes [3.522, 3.532] with 65.
+    w = workload([0.0, 3.0], [1024] * 2, [2] * 2, [[1, 2], [1, 2]])
+    result = simulate(w, make_policy("unlimited"), config(skip=skip, offload=None))
+    assert result.summary["engine"]["prefix_cache_hit_tokens"] == 512
+    token_s = 1024 * 1.034 + 1040 * 0.01 + 1024 * 0.522 + 1040 * 0.01
+    assert result.summary["kv"]["used_mean"] == pytest.approx(token_s / 3.532, rel=1e-12)
+
+
+@pytest.mark.parametrize("skip", [False, True])
 @pytest.mark.parametrize(("async_scheduling", "ttft_c"), [(False, 0.558), (True, 0.588)])
 def test_a_load_on_a_busy_engine_is_noticed_a_step_after_its_copy_and_scheduled_after(
         skip: bool, async_scheduling: bool, ttft_c: float) -> None:
