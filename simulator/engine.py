@@ -404,7 +404,12 @@ class Engine(Scheduler):
         (when it fell idle, or an idle abort since; ``inf`` while it steps) to ``now``."""
         t0 = self._idle_from
         if t0 < now:
-            self.log.held(t0, now, self.kv.num_used_blocks)
+            used = self.kv.num_used_blocks
+            self.log.held(t0, now, used)
+            if self.log.timeline.next_s < now:  # its samples show the blocks held, not none
+                reserved, gw_waiting = self.hooks.gateway_state()
+                self.log.timeline.sample_idle(now, reserved, gw_waiting,
+                                              self.num_preemptions_total, used)
             self._idle_from = now
 
     # --- aborts --------------------------------------------------------------------------------

@@ -107,9 +107,12 @@ class Timeline:
                 )
             )
 
-    def sample_idle(self, until: float, reserved: int, gateway_waiting: int, preempted: int) -> None:
-        """Samples of an idle engine up to ``until``."""
+    def sample_idle(self, until: float, reserved: int, gateway_waiting: int, preempted: int,
+                    used_blocks: int = 0) -> None:
+        """Samples of an engine running no step up to ``until``: ``used_blocks`` held meanwhile
+        (by work held outside its queues, a KV load; none without it)."""
+        used = used_blocks * self.block_size
         for g in self._grid(until):
             self.rows.append(
-                (g, 0, reserved, self.capacity_tokens, 0, gateway_waiting, preempted)
+                (g, used, reserved, self.capacity_tokens, 0, gateway_waiting, preempted)
             )

@@ -450,6 +450,23 @@ def test_blocks_freed_by_an_abort_while_the_replica_is_idle_count_until_the_abor
     assert pools["prefill"]["kv_used_mean"] == pytest.approx(32 * 0.01 / 0.03, rel=1e-12)
 
 
+@pytest.mark.parametrize("skip_ahead", [False, True])
+def test_the_timeline_samples_the_blocks_held_while_no_step_runs(skip_ahead: bool) -> None:
+    """The case above sampled every 5 ms: the decode replica holds A's 32 tokens from its
+    admission at 0.01 to the abort at 0.03 and never steps, so its samples at 0.01, 0.015,
+    0.02 and 0.025 show 32 tokens in use, none running. Before, an engine that ran no step
+    after the hold took no sample of it: the timeline stopped at 0.005, where the summary's
+    KV used counted the hold."""
+    w = from_columns([0.0], [31], [1])
+    cfg = _config(None, skip_ahead=skip_ahead)
+    cfg = replace(cfg, lease_ttl_s=0.03, timeline_period_s=0.005, disaggregation=replace(
+        _disagg(), decode=PoolConfig(1, engine=replace(cfg.engine, num_gpu_blocks=2))))
+    tl = simulate(w, make_policy("unlimited"), cfg).timeline
+    assert tl.time_s.tolist() == pytest.approx([0.0, 0.005, 0.01, 0.015, 0.02, 0.025])
+    assert tl.kv_used_tokens.tolist() == [0, 0, 32, 32, 32, 32]
+    assert tl.num_running.tolist() == [1, 1, 0, 0, 0, 0]
+
+
 def test_a_fleets_timeline_has_no_prefill_columns() -> None:
     w = from_columns([0.0], [16], [2])
     tl = simulate(w, make_policy("conservative"), _config(None)).timeline
