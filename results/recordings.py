@@ -83,6 +83,7 @@ from kvbudget.results.recorded_aggregates import (
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
+from kvbudget.results.recorded_consoles import guidellm_console_refusal
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
@@ -329,6 +330,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = (
         bench_console_refusal(head, path)
+        or guidellm_console_refusal(head, path)
         or server_log_refusal(head.split(b"\n", 1)[0])
         or mlperf_log_refusal(head)
         or html_refusal(head)
