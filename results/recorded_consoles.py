@@ -1,4 +1,5 @@
-"""GuideLLM's console output, named: what ``guidellm benchmark ... | tee run.log`` printed.
+"""Logs that are no recording, named: GuideLLM's console output (what ``guidellm benchmark ...
+| tee run.log`` printed) and a vLLM server's log.
 
 GuideLLM prints each benchmark's aggregates as tables and writes its requests to a report file
 it names at the end; the printed text holds no request. Its lines, by version (the tool's
@@ -133,4 +134,40 @@ def guidellm_console_refusal(head: bytes, path: Path | None = None) -> str | Non
             else "(--output-path FILE.json in GuideLLM 0.2 and 0.3, --outputs json in 0.4 and "
             "later)"
         )
+    )
+
+
+_VLLM_LOG_LINE = re.compile(
+    rb"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+    rb"|^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) vllm",
+    re.MULTILINE,
+)
+"""A line of a vLLM server log: its default format (vllm/logger.py of vLLM 0.32.0,
+``(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [...]``, the date
+``%m-%d %H:%M:%S``; without the process in earlier versions) or a logging config's
+``%(asctime)s %(levelname)s %(name)s`` (the server logs published with
+inference-sim/inference-sim's eval/ground_truth runs)."""
+
+_ANSI_COLOUR = re.compile(rb"\x1b\[[0-9;]*m")
+"""A terminal colour code: vLLM 0.32.0's ``ColoredFormatter`` (vllm/logging_utils/formatter.py)
+wraps a line's process prefix in ``\\033[0;36m`` ... ``\\033[0;0m`` and its level and time in
+colours of their own, which a log tee'd from a terminal keeps."""
+
+
+def server_log_refusal(head: bytes) -> str | None:
+    """Why a vLLM server log is no recording: it logs the engine's periodic throughput and
+    queue summaries, not each request's send, first token and end. ``head`` is the file's first
+    64 KiB: a line of vLLM's log at the start of any of its lines, its colours taken off, tells
+    one, as a log's first lines may be another program's (a published log opens with Intel
+    oneAPI's ``setvars.sh`` lines and a PyTorch warning, github.com/danielkorat/guidellm-bench
+    8f24116d ``guidellm_results/20260302_1917/logs/openai_gpt-oss-20b_tp4_quant-none_server
+    .log``, and was told to map its 'prompt_tokens' column); a JSON document never is."""
+    text = _ANSI_COLOUR.sub(b"", head.lstrip(b"\xef\xbb\xbf"))
+    if text.lstrip()[:1] in (b"{", b"[") or not _VLLM_LOG_LINE.search(text):
+        return None
+    return (
+        "is a vLLM server log: the engine's throughput and queue every 10 s, not each "
+        "request's send, first token and end; pass the load tool's result from the same "
+        "run, or the server's per-request spans (--otlp-traces-endpoint, a collector's "
+        "OTLP JSON file: --records-format otel, docs/recordings.md)"
     )

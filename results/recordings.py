@@ -83,7 +83,7 @@ from kvbudget.results.recorded_aggregates import (
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_consoles import guidellm_console_refusal
+from kvbudget.results.recorded_consoles import guidellm_console_refusal, server_log_refusal
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
@@ -114,7 +114,6 @@ from kvbudget.results.recorded_summaries import (
     is_aiperf_summary,
     llmperf_console_refusal,
     mlperf_log_refusal,
-    server_log_refusal,
     summary_refusal,
 )
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_console_refusal
@@ -331,11 +330,11 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
     server_log = (
         bench_console_refusal(head, path)
         or guidellm_console_refusal(head, path)
-        or server_log_refusal(head.split(b"\n", 1)[0])
         or mlperf_log_refusal(head)
         or html_refusal(head)
         or trtllm_bench_console_refusal(head)
         or llmperf_console_refusal(head)
+        or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
         raise TraceError(path, server_log)

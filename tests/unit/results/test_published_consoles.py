@@ -124,3 +124,36 @@ def test_other_text_is_not_called_guidellms(tmp_path: Path) -> None:
     path.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,10,5,0.1,0.5\n")
     assert detect_recording_format(path) == "records"
     assert recorded_consoles.guidellm_console_refusal(b"guidellm benchmark --target x\n") is None
+
+
+SERVER_LOG = PUBLISHED / "guidellm-bench-gpt-oss-20b-server-log-excerpt.log"
+
+
+def test_a_server_log_behind_another_programs_lines_is_named() -> None:
+    # the same run's vLLM log (its lines coloured, after oneAPI's setvars lines and a PyTorch
+    # warning): it got "line 1: field 'prompt_tokens': missing column 'prompt_tokens' needed
+    # by the generic format (the header has: :: initializing oneAPI environment ...)"
+    with pytest.raises(TraceError) as info:
+        read_recording(SERVER_LOG)
+    assert str(info.value).startswith(f"{SERVER_LOG}: is a vLLM server log"), str(info.value)
+
+
+def test_vllms_coloured_log_lines_are_a_server_logs(tmp_path: Path) -> None:
+    # vLLM 0.32.0's ColoredFormatter (vllm/logging_utils/formatter.py) colours the process
+    # prefix, the level and the time: a log tee'd from a terminal keeps the codes
+    path = tmp_path / "vllm.log"
+    path.write_bytes(
+        b"\x1b[0;36m(APIServer pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m12-06 05:01:05 "
+        b"[api_server.py:1050]\x1b[0m Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    )
+    with pytest.raises(TraceError, match="is a vLLM server log"):
+        read_recording(path)
+
+
+def test_records_and_documents_are_not_server_logs(tmp_path: Path) -> None:
+    doc = tmp_path / "note.json"  # a document quoting a log line is no log
+    doc.write_text('{"log": "x",\n"line":\n"INFO 08-21 10:11:12 [a.py:1] y"}\n')
+    assert recorded_consoles.server_log_refusal(doc.read_bytes()) is None
+    records = tmp_path / "records.csv"
+    records.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,10,5,0.1,0.5\n")
+    assert detect_recording_format(records) == "records"
