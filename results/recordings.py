@@ -103,6 +103,7 @@ from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_l
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
+from kvbudget.results.recorded_plans import benchmark_plan_refusal
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_sglang_server import server_info_refusal
 from kvbudget.results.recorded_summaries import (
@@ -205,7 +206,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "otel"
     if is_genai_bench_result(doc) or is_genai_bench_metadata(doc):
         return "genai-bench"
-    summary = summary_refusal(doc)
+    summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
         raise TraceError(path, summary)
     sessions = (
@@ -289,7 +290,7 @@ def _detect_list(path: Path) -> str:
     sessions = session_report_refusal(doc)
     if sessions:
         raise TraceError(path, sessions)
-    summary = summary_refusal(doc)
+    summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
         raise TraceError(path, summary)
     unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
