@@ -562,27 +562,6 @@ _LONG_DOC_QA = ("is LMCache's long-document QA round (benchmarks/long_doc_qa/lon
                 "the load with a tool kvbudget reads")
 
 
-_VLLM_LOG_LINE = re.compile(
-    rb"^(\([\w-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
-    rb"|^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[,.]\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) vllm")
-"""The first line of a vLLM server log: its default format (vllm/logger.py of vLLM 0.32.0,
-``(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [...]``, the date
-``%m-%d %H:%M:%S``; without the process in earlier versions) or a logging config's
-``%(asctime)s %(levelname)s %(name)s`` (the server logs published with
-inference-sim/inference-sim's eval/ground_truth runs)."""
-
-
-def server_log_refusal(first_line: bytes) -> str | None:
-    """Why a vLLM server log is no recording: it logs the engine's periodic throughput and
-    queue summaries, not each request's send, first token and end."""
-    if not _VLLM_LOG_LINE.match(first_line.lstrip(b"\xef\xbb\xbf")):
-        return None
-    return ("is a vLLM server log: the engine's throughput and queue every 10 s, not each "
-            "request's send, first token and end; pass the load tool's result from the same "
-            "run, or the server's per-request spans (--otlp-traces-endpoint, a collector's "
-            "OTLP JSON file: --records-format otel, docs/recordings.md)")
-
-
 _BENCH_CONSOLE = (b" Serving Benchmark Result ", b"bench_type='serve'", b"\nBurstiness factor: ")
 """What a serving benchmark prints, never a file it saves: its summary's banner (vLLM 0.32.0
 ``vllm/benchmarks/serve.py`` ``benchmark``, ``" Serving Benchmark Result "`` centred in ``=``;

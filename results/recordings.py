@@ -83,6 +83,7 @@ from kvbudget.results.recorded_aggregates import (
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
+from kvbudget.results.recorded_consoles import guidellm_console_refusal, server_log_refusal
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
@@ -102,6 +103,7 @@ from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_l
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
+from kvbudget.results.recorded_plans import benchmark_plan_refusal
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_sglang_server import server_info_refusal
 from kvbudget.results.recorded_summaries import (
@@ -113,7 +115,6 @@ from kvbudget.results.recorded_summaries import (
     is_aiperf_summary,
     llmperf_console_refusal,
     mlperf_log_refusal,
-    server_log_refusal,
     summary_refusal,
 )
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_console_refusal
@@ -205,7 +206,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "otel"
     if is_genai_bench_result(doc) or is_genai_bench_metadata(doc):
         return "genai-bench"
-    summary = summary_refusal(doc)
+    summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
         raise TraceError(path, summary)
     sessions = (
@@ -289,7 +290,7 @@ def _detect_list(path: Path) -> str:
     sessions = session_report_refusal(doc)
     if sessions:
         raise TraceError(path, sessions)
-    summary = summary_refusal(doc)
+    summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
         raise TraceError(path, summary)
     unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
@@ -329,11 +330,12 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         raise TraceError(path, SQLITE_REFUSAL)
     server_log = (
         bench_console_refusal(head, path)
-        or server_log_refusal(head.split(b"\n", 1)[0])
+        or guidellm_console_refusal(head, path)
         or mlperf_log_refusal(head)
         or html_refusal(head)
         or trtllm_bench_console_refusal(head)
         or llmperf_console_refusal(head)
+        or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
         raise TraceError(path, server_log)

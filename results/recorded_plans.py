@@ -1,0 +1,71 @@
+"""Benchmark plans given for results, named: vLLM's performance-benchmark test definitions.
+
+vLLM's ``.buildkite/performance-benchmarks/scripts/run-performance-benchmarks.sh``
+(github.com/vllm-project/vllm at 01e4fce0; ``.buildkite/nightly-benchmarks/`` before) runs the
+tests a JSON file lists: ``serving-tests*.json`` a list of ``{"test_name": "serving_...",
+"server_parameters", "client_parameters", "qps_list", "max_concurrency_list",
+"server_environment_variables"}`` (or ``{"defaults": {...}, "tests": [...]}``, each test
+merged over the defaults), ``latency-tests*.json`` and ``throughput-tests*.json`` lists of
+``{"test_name", "parameters", "environment_variables"}``. It saves a serving test's ``vllm bench
+serve --save-result`` result as ``<test_name>_qps_<qps>_concurrency_<c>.json`` in its results
+folder (``<test_name>_qps_<qps>.json`` in the nightly script), without ``--save-detailed``
+unless the client parameters ask it (``"save_detailed": ""``); a latency or throughput test's
+``vllm bench latency``/``throughput --output-json`` as ``<test_name>.json``. The same files are
+kept by vllm-project/vllm-ascend (``benchmarks/tests/``) and pytorch/pytorch-integration-testing
+(``vllm-benchmarks/benchmarks/<device>/``).
+
+One of them (pytorch-integration-testing 06dce126, ``vllm-benchmarks/benchmarks/hpu/serving-tests-
+hpu.json``) given to ``validate --records`` was told "cannot tell the recording format (a JSON
+list that is not inference-perf's per_request_lifecycle_metrics.json)", and ``trace convert``
+sent it to ``validate --records`` as a load tool's result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_SERVING_KEYS = frozenset({"server_parameters", "client_parameters", "qps_list"})
+_OFFLINE_KEYS = frozenset({"parameters"})
+
+
+def _tests(doc: Any) -> list[Mapping[str, Any]]:
+    """The test definitions ``doc`` lists (a list of them, or ``{"tests": [...]}``), each a
+    mapping with a ``test_name``; empty for anything else."""
+    tests = doc.get("tests") if isinstance(doc, Mapping) and "defaults" in doc else doc
+    if not isinstance(tests, list) or not tests:
+        return []
+    if not all(isinstance(t, Mapping) and isinstance(t.get("test_name"), str) for t in tests):
+        return []
+    return tests
+
+
+def benchmark_plan_refusal(doc: Any) -> str | None:
+    """Why a file of vLLM's performance-benchmark test definitions is no recording (settings to
+    run, no result), naming the result files its script writes; None for anything else."""
+    tests = _tests(doc)
+    defaults = doc.get("defaults") if isinstance(doc, Mapping) else None
+    keys = set(defaults) if isinstance(defaults, Mapping) else set()
+    for test in tests:
+        keys |= set(test)
+    serving = bool(keys & _SERVING_KEYS)
+    if not tests or not (serving or keys & _OFFLINE_KEYS):
+        return None
+    names = ", ".join(str(t["test_name"]) for t in tests[:3]) + (", ..." if len(tests) > 3 else "")
+    plan = (
+        f"is a list of vLLM's performance-benchmark tests, what its .buildkite/performance-"
+        f"benchmarks/scripts/run-performance-benchmarks.sh runs ({len(tests)}: {names}): "
+        "settings, no result; "
+    )
+    if serving:
+        return plan + (
+            "the script saves each serving run's vllm bench serve result as "
+            "<test_name>_qps_<qps>_concurrency_<c>.json (<test_name>_qps_<qps>.json in the "
+            'nightly script) in its results folder: pass one saved with --save-detailed ("save_'
+            'detailed": "" in the test\'s client_parameters), which lists each request'
+        )
+    return plan + (
+        "its latency and throughput tests run the engine offline (vllm bench latency or "
+        "throughput --output-json <test_name>.json), no request sent to a server, so no load "
+        "to replay; record a served run (vllm bench serve --save-result --save-detailed)"
+    )

@@ -1,0 +1,98 @@
+"""vLLM's performance-benchmark test definitions given for results: named, with the files their
+script writes (results/recorded_plans.py cites the script).
+
+The shapes are those of github.com/pytorch/pytorch-integration-testing 06dce126
+``vllm-benchmarks/benchmarks/hpu/serving-tests-hpu.json`` (a list of serving tests), vLLM's
+``.buildkite/performance-benchmarks/tests/`` files with ``defaults`` and ``tests`` (the layout
+run-performance-benchmarks.sh merges) and vllm-project/vllm-ascend's
+``benchmarks/tests/latency-tests.json``; written here, not copied. The first got "cannot tell
+the recording format (a JSON list that is not inference-perf's per_request_lifecycle_metrics
+.json)" from validate --records and, from trace convert, the advice to pass it to validate
+--records as a load tool's result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvbudget.results.recordings import detect_recording_format, read_recording
+from kvbudget.workloads.errors import TraceError
+
+SERVING = {
+    "test_name": "serving_mixtral8x7B_tp2_sharegpt",
+    "qps_list": [1, 4, 16, "inf"],
+    "server_environment_variables": {"PT_HPU_LAZY_MODE": 1},
+    "server_parameters": {
+        "model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "tensor_parallel_size": 2,
+    },
+    "client_parameters": {
+        "model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "backend": "vllm",
+        "dataset_name": "sharegpt",
+        "num_prompts": 200,
+    },
+}
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    return str(info.value)
+
+
+def test_a_list_of_serving_tests_is_named_with_the_results_its_script_writes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "serving-tests-hpu.json"
+    path.write_text(json.dumps([SERVING], indent=4))
+    said = refusal(path)
+    assert said.startswith(f"{path}: is a list of vLLM's performance-benchmark tests, "), said
+    assert "(1: serving_mixtral8x7B_tp2_sharegpt)" in said
+    assert "<test_name>_qps_<qps>_concurrency_<c>.json" in said and "--save-detailed" in said
+    with pytest.raises(TraceError, match="performance-benchmark tests"):
+        detect_recording_format(path, usage="kvbudget trace convert {} --out t.csv")
+
+
+def test_defaults_and_tests_are_named_too(tmp_path: Path) -> None:
+    path = tmp_path / "serving-tests.json"
+    tests = [
+        {"test_name": f"serving_llama8B_tp1_{n}", "client_parameters": {"num_prompts": n}}
+        for n in (100, 200, 300, 400)
+    ]
+    path.write_text(
+        json.dumps({"defaults": {"qps_list": ["inf"], "server_parameters": {}}, "tests": tests})
+    )
+    said = refusal(path)
+    assert (
+        "(4: serving_llama8B_tp1_100, serving_llama8B_tp1_200, serving_llama8B_tp1_300, ...)"
+    ) in said, said
+
+
+def test_offline_tests_are_told_there_is_no_load(tmp_path: Path) -> None:
+    path = tmp_path / "latency-tests.json"
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "test_name": "latency_qwen3_8B_tp1",
+                    "parameters": {
+                        "model": "Qwen/Qwen3-8B",
+                        "tensor_parallel_size": 1,
+                        "num_iters": 15,
+                    },
+                }
+            ]
+        )
+    )
+    said = refusal(path)
+    assert "run the engine offline" in said and "no load to replay" in said, said
+
+
+def test_other_lists_named_by_test_are_not_plans(tmp_path: Path) -> None:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([{"test_name": "a", "score": 1}]))
+    assert "performance-benchmark" not in refusal(path)
