@@ -5,7 +5,8 @@
 #   scripts/make_recording_fixtures.sh                 # every tool
 #   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm vllm-offline
 #                                                      # guidellm aiperf inference-perf
-#                                                      # guidellm-0.3.1 ...; the time-limited
+#                                                      # guidellm-0.3.1 ... aiperf-0.12.0
+#                                                      # ...: older releases; the time-limited
 #                                                      # runs guidellm-timed, aiperf-timed,
 #                                                      # guidellm-rampup (a ramp-up),
 #                                                      # aiperf-timed-open;
@@ -437,10 +438,14 @@ keep_aiperf() {
     cp "$WORK/$1/profile_export_aiperf.json" "$dest/$2_aiperf.json"
 }
 
+# run_aiperf [VERSION]: an older AIPerf writes other files for the same runs: 0.12.0 asks the
+# server for no usage (its output counts are its tokenizer's, unless --use-server-token-count);
+# 0.10.0 also leaves the warm-up phase's records out of profile_export.jsonl
 run_aiperf() {
+    local version=${1:-$AIPERF_VERSION}
     local py dest
-    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
-    dest="$OUT/aiperf-$AIPERF_VERSION"
+    py=$(tool_venv aiperf "$version" python3)
+    dest="$OUT/aiperf-$version"
     mkdir -p "$dest"
     local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
                   --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
@@ -1070,6 +1075,13 @@ run_sglang() {
     # prompt, 16-token questions, 16 output tokens) on sglang-oai-chat, one turn then 2 turns
     # (--gsp-num-turns 2: each conversation's second question is sent with the first answer,
     # 0.5.9 wrap_multi_turn_request_func). Each run starts with a 1 s pause after its warm-up.
+    # Not kept: a run with the server's usage asked for (--extra-request-body
+    # '{"stream_options": {"include_usage": true}}', or vLLM's --enable-force-include-usage)
+    # writes no file: vLLM's closing usage chunk has "choices": [], which 0.5.9's clients index
+    # (bench_serving.py:291 data["choices"][0] for completions, :457 for chat): IndexError on
+    # every request, so the warm-up raises "Warmup failed" (exit 1), and with
+    # --warmup-requests 0 calculate_metrics fails on no completed request (numpy percentile of
+    # an empty list), before --output-file is written (run here on vllm and vllm-chat).
     local py dest i
     py=$(sglang_venv)
     dest="$OUT/sglang-$SGLANG_VERSION"
@@ -1175,8 +1187,9 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
-                                    guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+                                    guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+                                    aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup aiperf-runs
                                     inference-perf inference-perf-options inference-perf-turns
@@ -1212,6 +1225,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-prefix) run_aiperf_prefix ;;
     aiperf-warmup) run_aiperf_warmup ;;
     aiperf-runs) run_aiperf_runs ;;
+    aiperf-[0-9]*) run_aiperf "${tool#aiperf-}" ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-capped) run_inference_perf_capped ;;

@@ -32,7 +32,7 @@ from kvbudget.workloads.errors import TraceError
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 VLLM = FIXTURES / "vllm-bench-0.32.0"
 GUIDELLM = {v: FIXTURES / f"guidellm-{v}"
-            for v in ("0.2.1", "0.3.1", "0.4.0", "0.6.1", "0.8.1")}
+            for v in ("0.2.1", "0.3.1", "0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1")}
 AIPERF = FIXTURES / "aiperf-0.13.0"
 INFERENCE_PERF = FIXTURES / "inference-perf-0.7.0"
 HANDMADE = FIXTURES / "handmade"
@@ -319,7 +319,7 @@ def test_guidellm_reads_to_its_own_summary(version: str) -> None:
     assert rec.tool == (f"guidellm {named}" if named else "guidellm")
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1"])
 def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.json"
     bench, metrics = guidellm_metrics(path)
@@ -327,7 +327,10 @@ def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -
     rec = read_recording(path)
     assert len(rec.workload) == listed  # every request sent loaded the server
     excluded = rec.counts["num_warmup"] + rec.counts["num_cooldown"]
-    assert excluded > 0 and rec.counts["num_measured"] + excluded == listed
+    assert rec.counts["num_measured"] + excluded == listed
+    # 0.5.4's and 0.7.4's runs here started their window before the first request ended and
+    # ended it after the last one started (scheduler_metrics): GuideLLM measured every request
+    assert (excluded > 0) == (version not in ("0.5.4", "0.7.4"))
     assert rec.counts["num_measured"] == metrics["request_totals"]["total"]
     statuses = set(rec.measured.loc[~rec.measured["usable"], "status"])
     assert statuses <= {"warmup", "cooldown"}
@@ -365,7 +368,7 @@ def test_guidellm_records_max_tokens_from_the_request_body() -> None:
     assert (rec.workload.max_output_tokens == 16).all()
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1"])
 def test_guidellm_csv_is_refused_in_one_line(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.csv"
     assert detect_recording_format(path) == "guidellm"
@@ -669,6 +672,37 @@ def test_an_append_result_file_with_long_lines_is_detected(tmp_path: Path) -> No
     assert len(path.read_text().splitlines()[0]) > 1 << 17
     assert detect_recording_format(path) == "vllm-bench"
     assert read_recording(path).counts["num_stages"] == 2
+
+
+@pytest.mark.parametrize(("name", "in_flight", "created"), [
+    ("guidellm-0.5.4/benchmarks.json", 1, 20),
+    ("guidellm-0.8.1/replay_trace.json", 1, 10),
+    ("guidellm-0.8.1/benchmarks.json", 0, 20),
+])
+def test_guidellm_requests_in_flight_when_the_report_was_written_are_said(
+        name: str, in_flight: int, created: int) -> None:
+    """GuideLLM 0.5.4 and 0.8.1 wrote these real reports with a request still in flight
+    (``scheduler_state.processing_requests``): it loaded the server and is in no list, so it
+    is not simulated, and said."""
+    path = FIXTURES / name
+    bench = json.loads(path.read_text())["benchmarks"][0]
+    assert bench["scheduler_state"]["processing_requests"] == in_flight
+    rec = read_recording(path)
+    assert len(rec.workload) == created - in_flight
+    said = [n for n in rec.notes if "still in flight" in n]
+    assert len(said) == (1 if in_flight else 0)
+    if in_flight:
+        assert (f"{in_flight} request(s) of the {created} it created still in flight "
+                f"(scheduler_state.processing_requests {in_flight}; {created - in_flight} "
+                "listed)") in said[0]
+
+
+def test_guidellm_no_in_flight_note_when_nothing_was_in_flight(tmp_path: Path) -> None:
+    doc = json.loads((GUIDELLM["0.5.4"] / "benchmarks.json").read_text())
+    doc["benchmarks"][0]["scheduler_state"]["processing_requests"] = 0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert not any("still in flight" in n for n in read_recording(path).notes)
 
 
 def test_guidellm_requests_cancelled_at_the_end_of_a_run_are_counted() -> None:
