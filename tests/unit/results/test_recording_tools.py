@@ -517,6 +517,97 @@ def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> Non
     assert rec.config["ignore_eos"] is True and rec.config["model"] == "tiny"
 
 
+AIPERF_0_12 = FIXTURES / "aiperf-0.12.0"
+AIPERF_0_10 = FIXTURES / "aiperf-0.10.0"
+
+
+@pytest.mark.parametrize(("name", "stage"), [
+    ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4)),
+    ("rate8", RecordedStage("8 req/s", "open", 8.0, None)),
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="issued", tick_pattern="poisson")),
+])
+def test_aiperf_0_12_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
+    """AIPerf 0.12.0's real run: no usage asked of the server (0.12.0 asks only with
+    --use-server-token-count), so output_sequence_length is its tokenizer's count of the text,
+    here above the max_tokens 16 the server stopped at (ignore_eos): read as 16, and said.
+    It was refused before ("field 'max_tokens': 16 is below output_tokens 22")."""
+    path = AIPERF_0_12 / f"{name}.jsonl"
+    summary = json.loads((AIPERF_0_12 / f"{name}_aiperf.json").read_text())
+    assert summary["aiperf_version"] == "0.12.0" and "usage_completion_tokens" not in summary
+    rec = read_recording(path)
+    u = usable(rec)
+    assert len(u) == summary["request_count"]["avg"]
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+    assert close(u["e2e_s"].mean() * 1e3, summary["request_latency"]["avg"])
+    assert rec.stages == (stage,)
+    assert rec.counts["num_warmup"] == 2 and len(rec.workload) == 22
+    assert rec.tool == "aiperf 0.12.0"
+    own = [json.loads(line)["metrics"]["output_sequence_length"]["value"]
+           for line in path.read_text().splitlines()]
+    assert sum(own[2:]) == summary["output_sequence_length"]["sum"]  # its warm-up left out
+    # rows in send order; each AIPerf count capped at the 16 the server made at most
+    assert sorted(rec.workload.output_tokens.tolist()) == sorted(min(o, 16) for o in own)
+    over = sum(o > 16 for o in own)
+    assert over > 0 and any(n.startswith(f"output tokens: for {over} of 22 requests AIPerf's "
+                                         "own count") for n in rec.notes)
+
+
+@pytest.mark.parametrize(("name", "stage", "warmup"), [
+    ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4), True),
+    ("rate8", RecordedStage("8 req/s", "open", 8.0, None), True),
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="issued", tick_pattern="poisson"), True),
+    ("capped6c3_constant", RecordedStage("6 req/s, concurrency 3", "capped", 6.0, 3,
+                                         tick_pattern="constant"), False),
+])
+def test_aiperf_0_10_reads_to_its_own_summary_and_says_its_warmup_is_missing(
+        name: str, stage: RecordedStage, warmup: bool) -> None:
+    """AIPerf 0.10.0's real runs: its records hold the profiling phase only (the summary's
+    2-request warm-up phase is in no line), said; the rest as 0.12's."""
+    path = AIPERF_0_10 / f"{name}.jsonl"
+    summary = json.loads((AIPERF_0_10 / f"{name}_aiperf.json").read_text())
+    rec = read_recording(path)
+    u = usable(rec)
+    assert len(u) == len(rec.workload) == summary["request_count"]["avg"] == 20
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+    assert close(u["e2e_s"].mean() * 1e3, summary["request_latency"]["avg"])
+    assert rec.stages == (stage,) and rec.tool == "aiperf 0.10.0"
+    assert rec.counts["num_warmup"] == 0
+    said = [n for n in rec.notes if n.startswith("the summary's warm-up phase")]
+    assert said == ([
+        "the summary's warm-up phase (2 requests, input_config.phases) is not in the records "
+        "(AIPerf 0.10 exports the profiling phase's only): not simulated; the profiling phase "
+        "started after they had all returned (not seamless), so the profiled requests ran "
+        "without them"] if warmup else [])
+
+
+def test_aiperf_missing_seamless_warmup_says_it_overlapped(tmp_path: Path) -> None:
+    records = tmp_path / "c4.jsonl"
+    records.write_text((AIPERF_0_10 / "concurrency4.jsonl").read_text())
+    summary = json.loads((AIPERF_0_10 / "concurrency4_aiperf.json").read_text())
+    summary["input_config"]["phases"][1]["seamless"] = True
+    (tmp_path / "c4_aiperf.json").write_text(json.dumps(summary))
+    (said,) = [n for n in read_recording(records).notes if "warm-up phase" in n]
+    assert said.endswith("the profiling phase started as it stopped sending (seamless): its "
+                         "last requests ran beside the first profiled ones, which the "
+                         "simulation does not show")
+
+
+def test_aiperf_server_counts_above_max_tokens_are_still_refused(tmp_path: Path) -> None:
+    """Only AIPerf's own (tokenizer) counts are capped: a server's usage count above the
+    request's max_tokens is a file that contradicts itself, refused naming the row."""
+    lines = (AIPERF / "capped6c3_constant.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["metrics"]["usage_completion_tokens"]["value"] = 17
+    records = tmp_path / "capped.jsonl"
+    records.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    (tmp_path / "capped_aiperf.json").write_text(
+        (AIPERF / "capped6c3_constant_aiperf.json").read_text())
+    with pytest.raises(TraceError, match="16 is below output_tokens 17"):
+        read_recording(records)
+
+
 def test_aiperf_run_of_several_models_is_refused(tmp_path: Path) -> None:
     # --model a,b: each request went to one of them, the records do not say which; the run was
     # simulated whole as the first model, the second said nowhere
