@@ -731,16 +731,30 @@ run_guidellm_replay() {
 
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
-    # requests in flight at the limit are cancelled
+    # requests in flight at the limit are cancelled; an older VERSION (guidellm-timed-0.5.4,
+    # guidellm-timed-0.7.4) checks the limit on status updates only (0.5-0.7: no 0.1 s poll)
+    local version=${1:-$GUIDELLM_VERSION}
     local py dest
-    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
-    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    local pins=()
+    case "$version" in 0.[4-6].*) pins=("transformers<5") ;; esac
+    py=$(tool_venv guidellm "$version" python3 "${pins[@]}")
+    dest="$OUT/guidellm-$version"
     mkdir -p "$dest"
-    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
-        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
-        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
-        --constraint "kind=max_duration,seconds=2" --profile "kind=concurrent,streams=4" \
-        --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
+    case "$version" in
+    0.[4-6].*)
+        "$py" -m guidellm benchmark run --target "$URL" --model tiny --processor "$MODEL_DIR" \
+            --request-type text_completions --data "prompt_tokens=32,output_tokens=16" \
+            --max-seconds 2 --profile concurrent --rate 4 --output-dir "$dest" \
+            --outputs duration2_concurrent4.json --disable-console-interactive
+        ;;
+    *)
+        "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+            --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+            --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+            --constraint "kind=max_duration,seconds=2" --profile "kind=concurrent,streams=4" \
+            --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
+        ;;
+    esac
 }
 
 run_guidellm_rampup() {
@@ -1188,7 +1202,7 @@ run_vllm_otel() {
 mkdir -p "$OUT"
 TOOLS=("$@")
 [[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
-                                    guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+                                    guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup aiperf-runs
@@ -1210,6 +1224,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-files) run_vllm_files ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
+    guidellm-timed-*) run_guidellm_timed "${tool#guidellm-timed-}" ;;
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
     guidellm-turns) run_guidellm_turns ;;
