@@ -46,6 +46,13 @@
 # KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
 # inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
 # transformers<5 (they import a name transformers 5 removed).
+# genai-perf (0.0.16) is not run: it drives the perf_analyzer binary, which PyPI's
+# perf_analyzer 0.1.0 is a placeholder for (hello()); tritonclient's manylinux wheels ship one up
+# to 2.5x (2.73.0 is pure Python, none); 2.52.0's and 2.55.0's need GLIBC 2.38 (Debian 12 has
+# 2.36); 2.50.0's and 2.51.0's load with libb64-0d (apt) and libcudart.so.12 (PyPI
+# nvidia-cuda-runtime-cu12) but, given genai-perf's command (--service-kind openai
+# --request-count 20 --stability-percentage 999, streaming from inputs.json), never end: they
+# sent 9,926 and 1,739 requests in 300 s and 60 s (their --streaming is gRPC/C API only).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
