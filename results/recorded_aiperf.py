@@ -503,9 +503,18 @@ def _warmup_notes(summary: Mapping[str, Any], num_warmup: int) -> list[str]:
     return [said] if said else []
 
 
+def _asked_exact(summary: Mapping[str, Any]) -> bool:
+    """Whether every request asked for exactly its ``max_tokens``: ``ignore_eos`` true and no
+    ``stop`` / ``stop_token_ids`` among the extra inputs (``--extra-inputs``), so a completed
+    one ended at ``max_tokens`` and at no end-of-sequence token or stop."""
+    extra = _extra_inputs(summary)
+    return extra.get("ignore_eos") is True and not any(
+        k in extra for k in ("stop", "stop_token_ids"))
+
+
 def _capped_tokenizer_counts(output: FloatArray, recorded: FloatArray | None,
                              from_server: npt.NDArray[np.bool_],
-                             notes: list[str]) -> FloatArray:
+                             notes: list[str], exact: Any = False) -> FloatArray:
     """The output counts, AIPerf's own ones above the request's ``max_tokens`` read as it.
 
     AIPerf asks the server for its usage on every streaming run from 0.13.0
@@ -516,21 +525,31 @@ def _capped_tokenizer_counts(output: FloatArray, recorded: FloatArray | None,
     ``_compute_client_side_token_counts``; ``add_special_tokens=False``). Text encoded again
     need not give back the tokens the server made, and can count more than the request's
     ``max_tokens``, which the server never exceeds: those are read as ``max_tokens`` and said.
-    The server's own counts (``usage_completion_tokens``) are kept as they are."""
+    Where every request asked for exactly its ``max_tokens`` (``exact``, per request: ignore_eos,
+    no stop, completed), a count below it is read as it too. The server's own counts
+    (``usage_completion_tokens``) are kept as they are."""
     if recorded is None:
         return output
     limit = np.asarray(recorded, dtype=np.float64)
-    over = ~from_server & np.isfinite(limit) & (output > limit)
-    if not over.any():
+    own = ~from_server & np.isfinite(limit)
+    over, under = own & (output > limit), own & (output < limit) & exact
+    if not (over.any() or under.any()):
         return output
-    by = float((output[over] - limit[over]).max())
+    said = []
+    if over.any():
+        said.append(f"above the request's max_tokens for {int(over.sum())} (by up to "
+                    f"{float((output[over] - limit[over]).max()):g}): the server makes at most "
+                    "max_tokens")
+    if under.any():
+        said.append(f"below it for {int(under.sum())} completed ones (by up to "
+                    f"{float((limit[under] - output[under]).max()):g}), whose ignore_eos with "
+                    "no stop made the server generate exactly max_tokens")
     notes.append(
-        f"output tokens: for {int(over.sum())} of {len(output)} requests AIPerf's own count "
-        f"(output_sequence_length: its tokenizer's count of the answer's text, the server's "
-        f"usage not asked for: AIPerf before 0.13 asks only with --use-server-token-count) is "
-        f"above the request's max_tokens, by up to {by:g}: the server makes at most "
-        "max_tokens, so they are read as max_tokens")
-    return np.where(over, limit, output)
+        f"output tokens: of {len(output)} requests AIPerf's own count (output_sequence_length: "
+        "its tokenizer's count of the answer's text, the server's usage not asked for: AIPerf "
+        f"before 0.13 asks only with --use-server-token-count) is {'; '.join(said)}; they "
+        "are read as max_tokens")
+    return np.where(over | under, limit, output)
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -1217,7 +1236,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
-    output = _capped_tokenizer_counts(output, recorded, from_server, notes)
+    output = _capped_tokenizer_counts(output, recorded, from_server, notes, exact=_asked_exact(
+        summary) & np.isin(status, ["completed", "warmup"]))  # the completed, warm-up or not
     prefix, prefix_said = with_history(aiperf_prefix(path, summary, records, prompt.tolist()),
                                        aiperf_history(records, prompt.tolist()))
     workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,

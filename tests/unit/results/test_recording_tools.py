@@ -549,8 +549,9 @@ def test_aiperf_0_12_reads_to_its_own_summary(name: str, stage: RecordedStage) -
     # rows in send order; each AIPerf count capped at the 16 the server made at most
     assert sorted(rec.workload.output_tokens.tolist()) == sorted(min(o, 16) for o in own)
     over = sum(o > 16 for o in own)
-    assert over > 0 and any(n.startswith(f"output tokens: for {over} of 22 requests AIPerf's "
-                                         "own count") for n in rec.notes)
+    assert over > 0 and any(n.startswith("output tokens: of 22 requests AIPerf's own count")
+                            and f"above the request's max_tokens for {over} (" in n
+                            for n in rec.notes)
 
 
 @pytest.mark.parametrize(("name", "stage", "warmup"), [
@@ -580,6 +581,28 @@ def test_aiperf_0_10_reads_to_its_own_summary_and_says_its_warmup_is_missing(
         "(AIPerf 0.10 exports the profiling phase's only): not simulated; the profiling phase "
         "started after they had all returned (not seamless), so the profiled requests ran "
         "without them"] if warmup else [])
+
+
+def test_aiperf_0_10_own_counts_below_max_tokens_under_ignore_eos_read_as_it(
+        tmp_path: Path) -> None:
+    """AIPerf 0.10.0's rate8 run (ignore_eos, max_tokens 16 in every body): its tokenizer
+    counted 15 for one answer the server made 16 tokens of: read as 16, said. Without
+    ignore_eos a count below max_tokens is the answer's own length and is kept."""
+    path = AIPERF_0_10 / "rate8.jsonl"
+    own = [json.loads(line)["metrics"]["output_sequence_length"]["value"]
+           for line in path.read_text().splitlines()]
+    assert min(own) == 15
+    rec = read_recording(path)
+    assert (rec.workload.output_tokens == 16).all()
+    (said,) = [n for n in rec.notes if "AIPerf's own count" in n]
+    assert "below it for 1 completed ones (by up to 1), whose ignore_eos" in said
+    records = tmp_path / "rate8.jsonl"
+    records.write_text(path.read_text())
+    summary = json.loads((AIPERF_0_10 / "rate8_aiperf.json").read_text())
+    summary["input_config"]["endpoint"]["extra"]["ignore_eos"] = False
+    (tmp_path / "rate8_aiperf.json").write_text(json.dumps(summary))
+    kept = read_recording(records)
+    assert sorted(kept.workload.output_tokens.tolist()) == sorted(min(o, 16) for o in own)
 
 
 def test_aiperf_missing_seamless_warmup_says_it_overlapped(tmp_path: Path) -> None:
