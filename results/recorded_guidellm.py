@@ -69,7 +69,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
     without_shared_times,
 )
-from kvbudget.results.recorded_guidellm_cut import cut_rule, cut_words
+from kvbudget.results.recorded_guidellm_cut import cut_rule, cut_words, poll_lag_note
 from kvbudget.results.recorded_guidellm_prefix import (
     SharedPrefix,
     body_key,
@@ -881,7 +881,8 @@ def read_guidellm(path: Path, default_tier: str,
                      limit and time_limit_note(
                          stage.label, stage.load, *limit, sum(listed.values()),
                          grace_s=stage.grace_s if stop is not None else None,
-                         cancelled_when=cut_words(stage))):
+                         cancelled_when=cut_words(stage)),
+                     stop is not None and poll_lag_note(bench, stage, stop)):
             if note:
                 notes.append(note)
         notes.extend(_idle_note(bench, stage, listed, version, cols, first))

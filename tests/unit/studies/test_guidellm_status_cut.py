@@ -183,3 +183,22 @@ def test_real_0_5_and_0_7_time_limited_reports_read_with_the_status_change_cut(
         assert all(r["request_end_time"] <= cut for r in bench["requests"]["successful"])
         assert all(r["request_start_time"] < cut < r["request_end_time"]
                    for r in bench["requests"]["incomplete"])
+
+
+@pytest.mark.parametrize(("version", "seen"), [
+    ("0.5.4", ": here 3 request(s) completed and 4 were sent after it, which the replay cancels "
+              "or does not send"),
+    ("0.7.4", ""),
+])
+def test_the_workers_poll_lag_is_said_with_what_the_real_report_shows(
+        version: str, seen: str) -> None:
+    """GuideLLM 0.5.4's real time-limited report: after the first status change at or after
+    the limit (an end 2 ms after it) 3 more requests completed and 4 were sent (cancelled
+    later), as its workers act only at their next 0.1 s poll of the event; the replay cuts at
+    the change itself, so a note says so. 0.7.4's run shows none."""
+    path = FIXTURE.parents[1] / f"guidellm-{version}" / "duration2_concurrent4.json"
+    said = [n for n in read_recording(path).notes if "next poll" in n]
+    assert said == ["stage '0: concurrent x4': GuideLLM's workers act on the limit at their "
+                    "next poll for it, up to 0.1 s after the status change that reached it, "
+                    f"which the replay does not model{seen}"]
+    assert not any("next poll" in n for n in read_recording(FIXTURE).notes)  # 0.8: grace
