@@ -39,7 +39,7 @@ from kvbudget.results.recorded_aiperf_prefix import (
     aiperf_max_tokens,
     aiperf_prefix,
 )
-from kvbudget.results.recorded_aiperf_warmup import WARMUP, split_warmup
+from kvbudget.results.recorded_aiperf_warmup import WARMUP, split_warmup, unrecorded_warmup_note
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     cap_reached,
@@ -491,6 +491,65 @@ def _with_prompt_note(rec: Recording, prompt: FloatArray, own: FloatArray) -> Re
         f"prompt tokens: the server's count (usage_prompt_tokens: what it prefilled, a chat "
         f"template's tokens included), {more / both.sum():+.1f} a request on average beside "
         "AIPerf's own count of the text (input_sequence_length, its summary's ISL)")))
+
+
+def _warmup_notes(summary: Mapping[str, Any], num_warmup: int) -> list[str]:
+    """How the warm-up records were read: simulated, not measured; or missing
+    (:func:`unrecorded_warmup_note`)."""
+    if num_warmup:
+        return [f"{num_warmup} warm-up requests simulated (they loaded the server) and left "
+                "out of the measured statistics, as AIPerf does"]
+    said = unrecorded_warmup_note(summary, num_warmup)
+    return [said] if said else []
+
+
+def _asked_exact(summary: Mapping[str, Any]) -> bool:
+    """Whether every request asked for exactly its ``max_tokens``: ``ignore_eos`` true and no
+    ``stop`` / ``stop_token_ids`` among the extra inputs (``--extra-inputs``), so a completed
+    one ended at ``max_tokens`` and at no end-of-sequence token or stop."""
+    extra = _extra_inputs(summary)
+    return extra.get("ignore_eos") is True and not any(
+        k in extra for k in ("stop", "stop_token_ids"))
+
+
+def _capped_tokenizer_counts(output: FloatArray, recorded: FloatArray | None,
+                             from_server: npt.NDArray[np.bool_],
+                             notes: list[str], exact: Any = False) -> FloatArray:
+    """The output counts, AIPerf's own ones above the request's ``max_tokens`` read as it.
+
+    AIPerf asks the server for its usage on every streaming run from 0.13.0
+    (``endpoints/openai_completions.py``: ``stream_options.include_usage`` set by default);
+    up to 0.12.0 only with ``--use-server-token-count`` (0.12.0 ``config/endpoint.py``,
+    ``USE_SERVER_TOKEN_COUNT = False``), so a 0.12 run's ``output_sequence_length`` is its
+    tokenizer's count of the answer's text, encoded again (``records/inference_result_parser.py``,
+    ``_compute_client_side_token_counts``; ``add_special_tokens=False``). Text encoded again
+    need not give back the tokens the server made, and can count more than the request's
+    ``max_tokens``, which the server never exceeds: those are read as ``max_tokens`` and said.
+    Where every request asked for exactly its ``max_tokens`` (``exact``, per request: ignore_eos,
+    no stop, completed), a count below it is read as it too. The server's own counts
+    (``usage_completion_tokens``) are kept as they are."""
+    if recorded is None:
+        return output
+    limit = np.asarray(recorded, dtype=np.float64)
+    own = ~from_server & np.isfinite(limit)
+    over, under = own & (output > limit), own & (output < limit) & exact
+    if not (over.any() or under.any()):
+        return output
+    said = []
+    if over.any():
+        said.append(f"above the request's max_tokens for {int(over.sum())} (by up to "
+                    f"{float((output[over] - limit[over]).max()):g}): the server makes at most "
+                    "max_tokens")
+    if under.any():
+        said.append(f"below it for {int(under.sum())} completed ones (by up to "
+                    f"{float((limit[under] - output[under]).max()):g}), whose ignore_eos with "
+                    "no stop made the server generate exactly max_tokens")
+    notes.append(
+        f"output tokens: of {len(output)} requests AIPerf's own count (output_sequence_length: "
+        "its tokenizer's count of the answer's text, the server's usage not asked for: AIPerf "
+        f"before 0.13 asks only with --use-server-token-count) is {'; '.join(said)}; they "
+        "are read as max_tokens")
+    return np.where(over | under, limit, output)
 
 
 def _phase_type(summary: Mapping[str, Any]) -> str:
@@ -1177,6 +1236,8 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
         i = int(np.argmax(missing_prompt))
         raise TraceError(path, "missing", line=records[i][0],
                          field="metrics.input_sequence_length")
+    output = _capped_tokenizer_counts(output, recorded, from_server, notes, exact=_asked_exact(
+        summary) & np.isin(status, ["completed", "warmup"]))  # the completed, warm-up or not
     prefix, prefix_said = with_history(aiperf_prefix(path, summary, records, prompt.tolist()),
                                        aiperf_history(records, prompt.tolist()))
     workload, counts, warnings = _columns(path, prompt, output, arrival, recorded, default_tier,
@@ -1195,9 +1256,7 @@ def _recording(path: Path, records: list[tuple[int, Any]], prompt: Any, output: 
     kept[rows] = True
     stage, said_failed = _failed(stage, summary, status, ~kept, start, end)
     notes = [max_tokens_note(recorded, max_output_rule), *notes, *said_failed, *prefix_said]
-    if counts["num_warmup"]:
-        notes.append(f"{counts['num_warmup']} warm-up requests simulated (they loaded the "
-                     "server) and left out of the measured statistics, as AIPerf does")
+    notes.extend(_warmup_notes(summary, counts["num_warmup"]))
     if counts["num_warmup_failed"]:
         notes.append(_warmup_failed_note(status, kept))
     server_counts = int(from_server[rows].sum())  # of the requests served, not those dropped

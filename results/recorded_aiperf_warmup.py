@@ -88,3 +88,31 @@ def split_warmup(
             f"their own, replayed as {how}, before the profiling stage '{stage.label}'"
         ],
     )
+
+
+def unrecorded_warmup_note(summary: Mapping[str, Any], num_warmup_records: int) -> str | None:
+    """A note where the summary ran a warm-up phase and the records hold none of it.
+
+    AIPerf 0.10.0 hands its results processors the profiling phase's records only
+    (``records/records_manager.py``, ``_on_metric_records``: "Skipping non-profiling record"),
+    so its ``profile_export.jsonl`` has no warm-up line; 0.12.0 and 0.13.0 write them
+    (``benchmark_phase`` ``warmup``). The next phase starts when the warm-up's requests have
+    all returned unless it is ``seamless`` (0.10.0 ``config/phases.py``: default False;
+    ``timing/phase_orchestrator.py``), so then the missing requests loaded no profiled one."""
+    warm, profiling = _phase(summary, "warmup"), _phase(summary, "profiling")
+    if warm is None or num_warmup_records:
+        return None
+    requests, seconds = _whole(warm.get("requests")), _rate(warm.get("duration"))
+    size = f"{requests} requests" if requests else f"{seconds:g} s" if seconds else "its requests"
+    before = (
+        "the profiling phase started as it stopped sending (seamless): its last requests ran "
+        "beside the first profiled ones, which the simulation does not show"
+        if isinstance(profiling, dict) and profiling.get("seamless") is True
+        else "the profiling phase started after they had all returned (not seamless), so the "
+        "profiled requests ran without them"
+    )
+    return (
+        f"the summary's warm-up phase ({size}, input_config.phases) is not in the "
+        "records (AIPerf 0.10 exports the profiling phase's only): not simulated; "
+        f"{before}"
+    )

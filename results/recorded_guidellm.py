@@ -69,7 +69,7 @@ from kvbudget.results.recorded_fields import (
     time_limit_note,
     without_shared_times,
 )
-from kvbudget.results.recorded_guidellm_cut import cut_rule, cut_words
+from kvbudget.results.recorded_guidellm_cut import cut_rule, cut_words, poll_lag_note
 from kvbudget.results.recorded_guidellm_prefix import (
     SharedPrefix,
     body_key,
@@ -714,8 +714,11 @@ def _idle_note(bench: Mapping[str, Any], stage: RecordedStage, listed: Mapping[s
 
 
 def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
-    """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many."""
-    if "args" not in bench or bench.get("request_samples") is not None:
+    """0.2-0.3 leave warm-up and cool-down requests out of the lists: say how many. 0.4+ say
+    how many were still in flight when the report's benchmark was compiled (:func:`_in_flight_note`)."""
+    if "args" not in bench:
+        return _in_flight_note(bench, label, listed)
+    if bench.get("request_samples") is not None:
         return None
     made = dig(bench, "run_stats", "requests_made", "total")
     if isinstance(made, int) and made > listed:
@@ -723,6 +726,28 @@ def _unlisted_note(bench: Mapping[str, Any], label: str, listed: int) -> str | N
                 "GuideLLM 0.2-0.3 leave them out of the report) are not in the file: the "
                 "simulation does not offer them")
     return None
+
+
+def _in_flight_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
+    """GuideLLM 0.4+ compile a benchmark from the status updates its scheduler yielded
+    (0.5.4 ``benchmark/benchmarker.py``: ``accumulator.update_estimate`` for each, then
+    ``compile`` with the last ``scheduler_state``); a request whose end was never yielded is in
+    no list, and that state counts it as still being processed (``processing_requests``: the
+    requests whose ``in_progress`` update, sent as a request starts, came and whose end did not,
+    0.5.4 ``scheduler/worker_group.py``, ``WorkerGroupState._update_state_request_counts``). Real runs here
+    (0.5.4 concurrent x4, 0.8.1 replay and sweep) wrote 19 of 20, 9 of 10 and 2 of 3 so: the
+    request loaded the server, and its prompt, send and end are not in the file."""
+    state = bench.get("scheduler_state")
+    in_flight = dig(state, "processing_requests") if isinstance(state, dict) else None
+    if not isinstance(in_flight, int) or isinstance(in_flight, bool) or in_flight <= 0:
+        return None
+    created = dig(state, "created_requests")
+    made = (f" of the {created} it created" if isinstance(created, int)
+            and not isinstance(created, bool) and created > listed else "")
+    return (f"{label}: GuideLLM wrote the report with {in_flight} request(s){made} still in "
+            f"flight (scheduler_state.processing_requests {in_flight}; {listed} listed): they "
+            "loaded the server but are in no list, so the simulation does not offer them (a "
+            "lighter load at the stage's end)")
 
 
 V0_1_MODES = {"synchronous": "synchronous", "throughput": "throughput"}
@@ -856,7 +881,8 @@ def read_guidellm(path: Path, default_tier: str,
                      limit and time_limit_note(
                          stage.label, stage.load, *limit, sum(listed.values()),
                          grace_s=stage.grace_s if stop is not None else None,
-                         cancelled_when=cut_words(stage))):
+                         cancelled_when=cut_words(stage)),
+                     stop is not None and poll_lag_note(bench, stage, stop)):
             if note:
                 notes.append(note)
         notes.extend(_idle_note(bench, stage, listed, version, cols, first))

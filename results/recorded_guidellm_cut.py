@@ -21,7 +21,19 @@ end is that change) and completes. GuideLLM 0.8.0 and 0.8.1 also evaluate the co
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kvbudget.results.recorded_fields import dig
 from kvbudget.results.recording import RecordedStage
+
+POLL_S = 0.1
+"""How often a GuideLLM worker looks for the constraint event (0.5.4 ``utils/messaging.py``:
+``poll_interval`` 0.1; ``scheduler/worker.py`` polls ``constraint_reached_event`` with it)."""
+
+_TIMES = {"sent": ("request_start_time",), "ended": ("request_end_time",),
+          "first_token": ("info", "timings", "first_token_iteration")}
 
 FIRST_TOKEN_UPDATES = (0, 6)
 """The first GuideLLM that sends a ``first_token`` status update (0.6.0 ``scheduler/worker.py``;
@@ -55,3 +67,36 @@ def cut_words(stage: RecordedStage) -> str:
     return (f"at the first status change of the stage's requests at or after the limit "
             f"({changes}), when GuideLLM checks its limit: a request in flight alone at the "
             "limit, its first token come, runs to its end")
+
+
+def _time(req: Any, path: tuple[str, ...]) -> float:
+    value = dig(req, *path)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else math.nan
+
+
+def poll_lag_note(bench: Mapping[str, Any], stage: RecordedStage, stop: float) -> str | None:
+    """A note for a ``next_status_change`` stage: GuideLLM's workers act on the limit only at
+    their next poll of the event (up to :data:`POLL_S` later), which the replay does not
+    model; with how many of the report's requests ended or were sent after the first status
+    change at or after the limit (``stop``, epoch seconds), which a replay cancels or never
+    sends. None for other stages."""
+    if stage.cut != "next_status_change":
+        return None
+    requests = dig(bench, "requests")
+    reqs = [r for k in ("successful", "errored", "incomplete")
+            for r in ((requests.get(k) if isinstance(requests, dict) else None) or [])
+            if isinstance(r, dict)]
+    changes = [t for r in reqs for c in stage.status_changes
+               if (t := _time(r, _TIMES[c])) >= stop]
+    if not changes:
+        return None
+    cut = min(changes)
+    ended = sum(1 for r in dig(requests, "successful") or []
+                if isinstance(r, dict) and _time(r, _TIMES["ended"]) > cut)
+    sent = sum(1 for r in reqs if _time(r, _TIMES["sent"]) > cut)
+    seen = (f": here {ended} request(s) completed and {sent} were sent after it, which the "
+            "replay cancels or does not send" if ended or sent else "")
+    return (f"stage '{stage.label}': GuideLLM's workers act on the limit at their next poll "
+            f"for it, up to {POLL_S:g} s after the status change that reached it, which the "
+            f"replay does not model{seen}")

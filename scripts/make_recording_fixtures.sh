@@ -5,7 +5,8 @@
 #   scripts/make_recording_fixtures.sh                 # every tool
 #   scripts/make_recording_fixtures.sh vllm guidellm   # some of them (vllm vllm-offline
 #                                                      # guidellm aiperf inference-perf
-#                                                      # guidellm-0.3.1 ...; the time-limited
+#                                                      # guidellm-0.3.1 ... aiperf-0.12.0
+#                                                      # ...: older releases; the time-limited
 #                                                      # runs guidellm-timed, aiperf-timed,
 #                                                      # guidellm-rampup (a ramp-up),
 #                                                      # aiperf-timed-open;
@@ -45,6 +46,13 @@
 # KVBUDGET_FIXTURE_KEEP_WORK (keep the temporary directory: the tools' full outputs, the log).
 # inference-perf needs Python 3.12 or later (python3.12 on the PATH); GuideLLM 0.4-0.6 get
 # transformers<5 (they import a name transformers 5 removed).
+# genai-perf (0.0.16) is not run: it drives the perf_analyzer binary, which PyPI's
+# perf_analyzer 0.1.0 is a placeholder for (hello()); tritonclient's manylinux wheels ship one up
+# to 2.5x (2.73.0 is pure Python, none); 2.52.0's and 2.55.0's need GLIBC 2.38 (Debian 12 has
+# 2.36); 2.50.0's and 2.51.0's load with libb64-0d (apt) and libcudart.so.12 (PyPI
+# nvidia-cuda-runtime-cu12) but, given genai-perf's command (--service-kind openai
+# --request-count 20 --stability-percentage 999, streaming from inputs.json), never end: they
+# sent 9,926 and 1,739 requests in 300 s and 60 s (their --streaming is gRPC/C API only).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -437,10 +445,14 @@ keep_aiperf() {
     cp "$WORK/$1/profile_export_aiperf.json" "$dest/$2_aiperf.json"
 }
 
+# run_aiperf [VERSION]: an older AIPerf writes other files for the same runs: 0.12.0 asks the
+# server for no usage (its output counts are its tokenizer's, unless --use-server-token-count);
+# 0.10.0 also leaves the warm-up phase's records out of profile_export.jsonl
 run_aiperf() {
+    local version=${1:-$AIPERF_VERSION}
     local py dest
-    py=$(tool_venv aiperf "$AIPERF_VERSION" python3)
-    dest="$OUT/aiperf-$AIPERF_VERSION"
+    py=$(tool_venv aiperf "$version" python3)
+    dest="$OUT/aiperf-$version"
     mkdir -p "$dest"
     local common=(profile --model tiny --url "$URL" --endpoint-type completions --streaming
                   --tokenizer "$MODEL_DIR" --isl 32 --isl-stddev 0 --osl 16 --osl-stddev 0
@@ -726,16 +738,30 @@ run_guidellm_replay() {
 
 run_guidellm_timed() {
     # a closed loop of 4 users stopped after 2 s by max_duration (no request count): the
-    # requests in flight at the limit are cancelled
+    # requests in flight at the limit are cancelled; an older VERSION (guidellm-timed-0.5.4,
+    # guidellm-timed-0.7.4) checks the limit on status updates only (0.5-0.7: no 0.1 s poll)
+    local version=${1:-$GUIDELLM_VERSION}
     local py dest
-    py=$(tool_venv guidellm "$GUIDELLM_VERSION" python3)
-    dest="$OUT/guidellm-$GUIDELLM_VERSION"
+    local pins=()
+    case "$version" in 0.[4-6].*) pins=("transformers<5") ;; esac
+    py=$(tool_venv guidellm "$version" python3 "${pins[@]}")
+    dest="$OUT/guidellm-$version"
     mkdir -p "$dest"
-    "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
-        --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
-        --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
-        --constraint "kind=max_duration,seconds=2" --profile "kind=concurrent,streams=4" \
-        --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
+    case "$version" in
+    0.[4-6].*)
+        "$py" -m guidellm benchmark run --target "$URL" --model tiny --processor "$MODEL_DIR" \
+            --request-type text_completions --data "prompt_tokens=32,output_tokens=16" \
+            --max-seconds 2 --profile concurrent --rate 4 --output-dir "$dest" \
+            --outputs duration2_concurrent4.json --disable-console-interactive
+        ;;
+    *)
+        "$py" -m guidellm run --backend "kind=openai_http,target=$URL,model=tiny,request_format=/v1/completions" \
+            --tokenizer "kind=huggingface_auto,model=$MODEL_DIR" \
+            --data "kind=synthetic_text,prompt_tokens=32,output_tokens=16" \
+            --constraint "kind=max_duration,seconds=2" --profile "kind=concurrent,streams=4" \
+            --output "kind=json,path=$dest/duration2_concurrent4.json" --disable-console-interactive
+        ;;
+    esac
 }
 
 run_guidellm_rampup() {
@@ -1070,6 +1096,13 @@ run_sglang() {
     # prompt, 16-token questions, 16 output tokens) on sglang-oai-chat, one turn then 2 turns
     # (--gsp-num-turns 2: each conversation's second question is sent with the first answer,
     # 0.5.9 wrap_multi_turn_request_func). Each run starts with a 1 s pause after its warm-up.
+    # Not kept: a run with the server's usage asked for (--extra-request-body
+    # '{"stream_options": {"include_usage": true}}', or vLLM's --enable-force-include-usage)
+    # writes no file: vLLM's closing usage chunk has "choices": [], which 0.5.9's clients index
+    # (bench_serving.py:291 data["choices"][0] for completions, :457 for chat): IndexError on
+    # every request, so the warm-up raises "Warmup failed" (exit 1), and with
+    # --warmup-requests 0 calculate_metrics fails on no completed request (numpy percentile of
+    # an empty list), before --output-file is written (run here on vllm and vllm-chat).
     local py dest i
     py=$(sglang_venv)
     dest="$OUT/sglang-$SGLANG_VERSION"
@@ -1175,8 +1208,9 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.6.1 guidellm-0.4.0
-                                    guidellm-0.3.1 guidellm-0.2.1 aiperf aiperf-timed
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+                                    guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
+                                    aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
                                     aiperf-rate-series aiperf-prefix aiperf-warmup aiperf-runs
                                     inference-perf inference-perf-options inference-perf-turns
@@ -1197,6 +1231,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-files) run_vllm_files ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
+    guidellm-timed-*) run_guidellm_timed "${tool#guidellm-timed-}" ;;
     guidellm-options) run_guidellm_options ;;
     guidellm-rampup) run_guidellm_rampup ;;
     guidellm-turns) run_guidellm_turns ;;
@@ -1212,6 +1247,7 @@ for tool in "${TOOLS[@]}"; do
     aiperf-prefix) run_aiperf_prefix ;;
     aiperf-warmup) run_aiperf_warmup ;;
     aiperf-runs) run_aiperf_runs ;;
+    aiperf-[0-9]*) run_aiperf "${tool#aiperf-}" ;;
     inference-perf) run_inference_perf ;;
     inference-perf-options) run_inference_perf_options ;;
     inference-perf-capped) run_inference_perf_capped ;;

@@ -32,7 +32,7 @@ from kvbudget.workloads.errors import TraceError
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 VLLM = FIXTURES / "vllm-bench-0.32.0"
 GUIDELLM = {v: FIXTURES / f"guidellm-{v}"
-            for v in ("0.2.1", "0.3.1", "0.4.0", "0.6.1", "0.8.1")}
+            for v in ("0.2.1", "0.3.1", "0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1")}
 AIPERF = FIXTURES / "aiperf-0.13.0"
 INFERENCE_PERF = FIXTURES / "inference-perf-0.7.0"
 HANDMADE = FIXTURES / "handmade"
@@ -319,7 +319,7 @@ def test_guidellm_reads_to_its_own_summary(version: str) -> None:
     assert rec.tool == (f"guidellm {named}" if named else "guidellm")
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1"])
 def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.json"
     bench, metrics = guidellm_metrics(path)
@@ -327,7 +327,10 @@ def test_guidellm_warmup_and_cooldown_are_simulated_not_measured(version: str) -
     rec = read_recording(path)
     assert len(rec.workload) == listed  # every request sent loaded the server
     excluded = rec.counts["num_warmup"] + rec.counts["num_cooldown"]
-    assert excluded > 0 and rec.counts["num_measured"] + excluded == listed
+    assert rec.counts["num_measured"] + excluded == listed
+    # 0.5.4's and 0.7.4's runs here started their window before the first request ended and
+    # ended it after the last one started (scheduler_metrics): GuideLLM measured every request
+    assert (excluded > 0) == (version not in ("0.5.4", "0.7.4"))
     assert rec.counts["num_measured"] == metrics["request_totals"]["total"]
     statuses = set(rec.measured.loc[~rec.measured["usable"], "status"])
     assert statuses <= {"warmup", "cooldown"}
@@ -365,7 +368,7 @@ def test_guidellm_records_max_tokens_from_the_request_body() -> None:
     assert (rec.workload.max_output_tokens == 16).all()
 
 
-@pytest.mark.parametrize("version", ["0.4.0", "0.6.1", "0.8.1"])
+@pytest.mark.parametrize("version", ["0.4.0", "0.5.4", "0.6.1", "0.7.4", "0.8.1"])
 def test_guidellm_csv_is_refused_in_one_line(version: str) -> None:
     path = GUIDELLM[version] / "benchmarks.csv"
     assert detect_recording_format(path) == "guidellm"
@@ -512,6 +515,120 @@ def test_aiperf_reads_to_its_own_summary(name: str, stage: RecordedStage) -> Non
     assert rec.counts["num_warmup"] == 2 and len(rec.workload) == 22
     assert rec.tool == f"aiperf {summary['aiperf_version']}"
     assert rec.config["ignore_eos"] is True and rec.config["model"] == "tiny"
+
+
+AIPERF_0_12 = FIXTURES / "aiperf-0.12.0"
+AIPERF_0_10 = FIXTURES / "aiperf-0.10.0"
+
+
+@pytest.mark.parametrize(("name", "stage"), [
+    ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4)),
+    ("rate8", RecordedStage("8 req/s", "open", 8.0, None)),
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="issued", tick_pattern="poisson")),
+])
+def test_aiperf_0_12_reads_to_its_own_summary(name: str, stage: RecordedStage) -> None:
+    """AIPerf 0.12.0's real run: no usage asked of the server (0.12.0 asks only with
+    --use-server-token-count), so output_sequence_length is its tokenizer's count of the text,
+    here above the max_tokens 16 the server stopped at (ignore_eos): read as 16, and said.
+    It was refused before ("field 'max_tokens': 16 is below output_tokens 22")."""
+    path = AIPERF_0_12 / f"{name}.jsonl"
+    summary = json.loads((AIPERF_0_12 / f"{name}_aiperf.json").read_text())
+    assert summary["aiperf_version"] == "0.12.0" and "usage_completion_tokens" not in summary
+    rec = read_recording(path)
+    u = usable(rec)
+    assert len(u) == summary["request_count"]["avg"]
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+    assert close(u["e2e_s"].mean() * 1e3, summary["request_latency"]["avg"])
+    assert rec.stages == (stage,)
+    assert rec.counts["num_warmup"] == 2 and len(rec.workload) == 22
+    assert rec.tool == "aiperf 0.12.0"
+    own = [json.loads(line)["metrics"]["output_sequence_length"]["value"]
+           for line in path.read_text().splitlines()]
+    assert sum(own[2:]) == summary["output_sequence_length"]["sum"]  # its warm-up left out
+    # rows in send order; each AIPerf count capped at the 16 the server made at most
+    assert sorted(rec.workload.output_tokens.tolist()) == sorted(min(o, 16) for o in own)
+    over = sum(o > 16 for o in own)
+    assert over > 0 and any(n.startswith("output tokens: of 22 requests AIPerf's own count")
+                            and f"above the request's max_tokens for {over} (" in n
+                            for n in rec.notes)
+
+
+@pytest.mark.parametrize(("name", "stage", "warmup"), [
+    ("concurrency4", RecordedStage("concurrency 4", "closed", None, 4), True),
+    ("rate8", RecordedStage("8 req/s", "open", 8.0, None), True),
+    ("capped8c2", RecordedStage("8 req/s, concurrency 2", "capped", 8.0, 2,
+                                send_times="issued", tick_pattern="poisson"), True),
+    ("capped6c3_constant", RecordedStage("6 req/s, concurrency 3", "capped", 6.0, 3,
+                                         tick_pattern="constant"), False),
+])
+def test_aiperf_0_10_reads_to_its_own_summary_and_says_its_warmup_is_missing(
+        name: str, stage: RecordedStage, warmup: bool) -> None:
+    """AIPerf 0.10.0's real runs: its records hold the profiling phase only (the summary's
+    2-request warm-up phase is in no line), said; the rest as 0.12's."""
+    path = AIPERF_0_10 / f"{name}.jsonl"
+    summary = json.loads((AIPERF_0_10 / f"{name}_aiperf.json").read_text())
+    rec = read_recording(path)
+    u = usable(rec)
+    assert len(u) == len(rec.workload) == summary["request_count"]["avg"] == 20
+    assert close(u["ttft_s"].mean() * 1e3, summary["time_to_first_token"]["avg"])
+    assert close(u["e2e_s"].mean() * 1e3, summary["request_latency"]["avg"])
+    assert rec.stages == (stage,) and rec.tool == "aiperf 0.10.0"
+    assert rec.counts["num_warmup"] == 0
+    said = [n for n in rec.notes if n.startswith("the summary's warm-up phase")]
+    assert said == ([
+        "the summary's warm-up phase (2 requests, input_config.phases) is not in the records "
+        "(AIPerf 0.10 exports the profiling phase's only): not simulated; the profiling phase "
+        "started after they had all returned (not seamless), so the profiled requests ran "
+        "without them"] if warmup else [])
+
+
+def test_aiperf_0_10_own_counts_below_max_tokens_under_ignore_eos_read_as_it(
+        tmp_path: Path) -> None:
+    """AIPerf 0.10.0's rate8 run (ignore_eos, max_tokens 16 in every body): its tokenizer
+    counted 15 for one answer the server made 16 tokens of: read as 16, said. Without
+    ignore_eos a count below max_tokens is the answer's own length and is kept."""
+    path = AIPERF_0_10 / "rate8.jsonl"
+    own = [json.loads(line)["metrics"]["output_sequence_length"]["value"]
+           for line in path.read_text().splitlines()]
+    assert min(own) == 15
+    rec = read_recording(path)
+    assert (rec.workload.output_tokens == 16).all()
+    (said,) = [n for n in rec.notes if "AIPerf's own count" in n]
+    assert "below it for 1 completed ones (by up to 1), whose ignore_eos" in said
+    records = tmp_path / "rate8.jsonl"
+    records.write_text(path.read_text())
+    summary = json.loads((AIPERF_0_10 / "rate8_aiperf.json").read_text())
+    summary["input_config"]["endpoint"]["extra"]["ignore_eos"] = False
+    (tmp_path / "rate8_aiperf.json").write_text(json.dumps(summary))
+    kept = read_recording(records)
+    assert sorted(kept.workload.output_tokens.tolist()) == sorted(min(o, 16) for o in own)
+
+
+def test_aiperf_missing_seamless_warmup_says_it_overlapped(tmp_path: Path) -> None:
+    records = tmp_path / "c4.jsonl"
+    records.write_text((AIPERF_0_10 / "concurrency4.jsonl").read_text())
+    summary = json.loads((AIPERF_0_10 / "concurrency4_aiperf.json").read_text())
+    summary["input_config"]["phases"][1]["seamless"] = True
+    (tmp_path / "c4_aiperf.json").write_text(json.dumps(summary))
+    (said,) = [n for n in read_recording(records).notes if "warm-up phase" in n]
+    assert said.endswith("the profiling phase started as it stopped sending (seamless): its "
+                         "last requests ran beside the first profiled ones, which the "
+                         "simulation does not show")
+
+
+def test_aiperf_server_counts_above_max_tokens_are_still_refused(tmp_path: Path) -> None:
+    """Only AIPerf's own (tokenizer) counts are capped: a server's usage count above the
+    request's max_tokens is a file that contradicts itself, refused naming the row."""
+    lines = (AIPERF / "capped6c3_constant.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["metrics"]["usage_completion_tokens"]["value"] = 17
+    records = tmp_path / "capped.jsonl"
+    records.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    (tmp_path / "capped_aiperf.json").write_text(
+        (AIPERF / "capped6c3_constant_aiperf.json").read_text())
+    with pytest.raises(TraceError, match="16 is below output_tokens 17"):
+        read_recording(records)
 
 
 def test_aiperf_run_of_several_models_is_refused(tmp_path: Path) -> None:
@@ -669,6 +786,37 @@ def test_an_append_result_file_with_long_lines_is_detected(tmp_path: Path) -> No
     assert len(path.read_text().splitlines()[0]) > 1 << 17
     assert detect_recording_format(path) == "vllm-bench"
     assert read_recording(path).counts["num_stages"] == 2
+
+
+@pytest.mark.parametrize(("name", "in_flight", "created"), [
+    ("guidellm-0.5.4/benchmarks.json", 1, 20),
+    ("guidellm-0.8.1/replay_trace.json", 1, 10),
+    ("guidellm-0.8.1/benchmarks.json", 0, 20),
+])
+def test_guidellm_requests_in_flight_when_the_report_was_written_are_said(
+        name: str, in_flight: int, created: int) -> None:
+    """GuideLLM 0.5.4 and 0.8.1 wrote these real reports with a request still in flight
+    (``scheduler_state.processing_requests``): it loaded the server and is in no list, so it
+    is not simulated, and said."""
+    path = FIXTURES / name
+    bench = json.loads(path.read_text())["benchmarks"][0]
+    assert bench["scheduler_state"]["processing_requests"] == in_flight
+    rec = read_recording(path)
+    assert len(rec.workload) == created - in_flight
+    said = [n for n in rec.notes if "still in flight" in n]
+    assert len(said) == (1 if in_flight else 0)
+    if in_flight:
+        assert (f"{in_flight} request(s) of the {created} it created still in flight "
+                f"(scheduler_state.processing_requests {in_flight}; {created - in_flight} "
+                "listed)") in said[0]
+
+
+def test_guidellm_no_in_flight_note_when_nothing_was_in_flight(tmp_path: Path) -> None:
+    doc = json.loads((GUIDELLM["0.5.4"] / "benchmarks.json").read_text())
+    doc["benchmarks"][0]["scheduler_state"]["processing_requests"] = 0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert not any("still in flight" in n for n in read_recording(path).notes)
 
 
 def test_guidellm_requests_cancelled_at_the_end_of_a_run_are_counted() -> None:

@@ -149,3 +149,56 @@ def test_the_docs_say_the_status_change_cut() -> None:
                    .read_text().split())
     assert "the stage's `cut` is `next_status_change`" in doc
     assert "GuideLLM 0.5 to 0.7 check their limit only when a request's status changes" in doc
+
+
+@pytest.mark.parametrize(("version", "constraint", "changes"), [
+    ("0.5.4", "max_seconds", ("sent", "ended")),
+    ("0.7.4", "max_duration", ("sent", "first_token", "ended")),
+])
+def test_real_0_5_and_0_7_time_limited_reports_read_with_the_status_change_cut(
+        version: str, constraint: str, changes: tuple[str, ...]) -> None:
+    """Real reports (make_recording_fixtures.sh guidellm-timed-0.5.4 guidellm-timed-0.7.4): a
+    closed loop of 4 stopped after 2 s; 0.5.4 names its constraint max_seconds
+    (``--max-seconds``), 0.7.4 max_duration. Each is read time-limited with its version's cut,
+    every request listed counted; in 0.7.4's every cancelled one was still running at the first
+    status change at or after the limit (its first token came after it), as the rule says."""
+    path = FIXTURE.parents[1] / f"guidellm-{version}" / "duration2_concurrent4.json"
+    bench = json.loads(path.read_text())["benchmarks"][0]
+    rec = read_recording(path)
+    (stage,) = rec.stages
+    assert (stage.load, stage.max_concurrency, stage.cut, stage.status_changes) == (
+        "closed", 4, "next_status_change", changes)
+    assert any(f"2 s time limit (GuideLLM {constraint})" in n for n in rec.notes)
+    listed = {k: len(bench["requests"][k] or []) for k in ("successful", "incomplete")}
+    assert rec.counts["num_incomplete"] == listed["incomplete"] > 0
+    assert rec.counts["num_measured"] == listed["successful"]
+    if version == "0.7.4":
+        stop = bench["scheduler_state"]["end_queuing_constraints"][constraint]["progress"][
+            "stop_time"]
+        reqs = [r for k in ("successful", "incomplete") for r in bench["requests"][k]]
+        changed = [t for r in reqs for t in (r["request_start_time"],
+                                             r["info"]["timings"]["first_token_iteration"],
+                                             r["request_end_time"]) if t and t >= stop]
+        cut = min(changed)
+        assert all(r["request_end_time"] <= cut for r in bench["requests"]["successful"])
+        assert all(r["request_start_time"] < cut < r["request_end_time"]
+                   for r in bench["requests"]["incomplete"])
+
+
+@pytest.mark.parametrize(("version", "seen"), [
+    ("0.5.4", ": here 3 request(s) completed and 4 were sent after it, which the replay cancels "
+              "or does not send"),
+    ("0.7.4", ""),
+])
+def test_the_workers_poll_lag_is_said_with_what_the_real_report_shows(
+        version: str, seen: str) -> None:
+    """GuideLLM 0.5.4's real time-limited report: after the first status change at or after
+    the limit (an end 2 ms after it) 3 more requests completed and 4 were sent (cancelled
+    later), as its workers act only at their next 0.1 s poll of the event; the replay cuts at
+    the change itself, so a note says so. 0.7.4's run shows none."""
+    path = FIXTURE.parents[1] / f"guidellm-{version}" / "duration2_concurrent4.json"
+    said = [n for n in read_recording(path).notes if "next poll" in n]
+    assert said == ["stage '0: concurrent x4': GuideLLM's workers act on the limit at their "
+                    "next poll for it, up to 0.1 s after the status change that reached it, "
+                    f"which the replay does not model{seen}"]
+    assert not any("next poll" in n for n in read_recording(FIXTURE).notes)  # 0.8: grace
