@@ -65,8 +65,8 @@ def cut_words(stage: RecordedStage) -> str:
     changes = " or ".join({"sent": "a send", "first_token": "a first token",
                            "ended": "an end"}[c] for c in stage.status_changes)
     return (f"at the first status change of the stage's requests at or after the limit "
-            f"({changes}), when GuideLLM checks its limit: a request in flight alone at the "
-            "limit, its first token come, runs to its end")
+            f"({changes}), when GuideLLM checks its limit (so a request in flight alone at the "
+            "limit, its first token come, runs to its end)")
 
 
 def _time(req: Any, path: tuple[str, ...]) -> float:

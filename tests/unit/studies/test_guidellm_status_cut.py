@@ -107,7 +107,10 @@ def test_a_guidellm_0_7_synchronous_request_crossing_the_limit_completes(
     rec = read_recording(_as(tmp_path, "0.7.3", "synchronous"))
     stage = rec.stages[0]
     assert (stage.load, stage.cut) == ("closed", "next_status_change")
-    assert "at the first status change" in " ".join(rec.notes)
+    said = " ".join(rec.notes)
+    assert "at the first status change" in said
+    # the exception is a parenthesis: the sentence goes on to what is cancelled, in order
+    assert "runs to its end) are cancelled, as the tool cancels them" in said
     assert "status change" in replay_mode(stage)
     plans = stage_plans(rec)
     assert plans is not None and plans[0].describe()["cut"] == "next_status_change"
