@@ -28,7 +28,7 @@ from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder, gateway_meta
-from kvbudget.live.serve_reload import Reloaded, policy_said
+from kvbudget.live.serve_reload import Reloaded, ScenarioReloads, policy_said
 from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
@@ -197,24 +197,6 @@ class _Uvicorn(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.gateway.drain, self.drain_timeout_s)
         self.gateway.draining = True
         super().handle_exit(sig, frame)
-
-
-async def _watch(path: Path, server: GatewayServer, period_s: float = 1.0) -> None:
-    """Reload the policy when ``path`` changes (its modification time or size)."""
-    def stamp() -> tuple[float, int] | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return st.st_mtime, st.st_size
-
-    last = stamp()
-    while True:
-        await asyncio.sleep(period_s)
-        now = stamp()
-        if now != last and now is not None:
-            server.reload()
-        last = now
 
 
 def _counted_by(config: ServeConfig) -> str:
@@ -390,8 +372,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
                            keep_alive_s=settings.keep_alive_s)
     loop = asyncio.get_running_loop()
     runner = _Uvicorn(config, server, settings.drain_timeout_s, loop)
-    loop.add_signal_handler(signal.SIGHUP, server.reload)
-    watcher = asyncio.create_task(_watch(settings.watch, server)) if settings.watch else None
+    # one reload a change of the scenario, whether SIGHUP or the watcher sees it first
+    reloads = None if settings.watch is None else ScenarioReloads(settings.watch, server.reload)
+    loop.add_signal_handler(signal.SIGHUP, server.reload if reloads is None
+                            else reloads.signalled)
+    watcher = None if reloads is None else asyncio.create_task(reloads.watch())
     host, port = sock.getsockname()[:2]
     announce(f"kvbudget serve: listening on http://{host}:{port} "
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
