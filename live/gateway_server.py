@@ -256,7 +256,8 @@ class GatewayServer:
 
     async def refresh_capacity(self, snaps: list[EngineSnapshot] | None = None) -> None:
         """Read the upstreams' KV capacity (from ``snaps``, their ``/metrics`` read already,
-        else read now), resize the budget and follow their settings (a failed read keeps both,
+        else read now), resize the budget and follow their settings (their context and KV
+        block size: :meth:`~kvbudget.live.serve_settings.UpstreamSettings.follow`; a failed read keeps both,
         logs one line and makes ``/ready`` answer 503 until a read succeeds)."""
         try:
             snaps = snaps if snaps is not None else await self.upstreams.snapshots()
@@ -272,6 +273,7 @@ class GatewayServer:
         if self.settings is not None and await self.settings.follow(
                 self.upstreams, snaps, self.recorder, self.admission.now()):
             self.config = replace(self.config, max_model_len=self.settings.context)
+            self.admission.round_to(self.settings.block_tokens)
 
     async def _sample_loop(self) -> None:
         period = self.config.capacity_period_s

@@ -29,7 +29,7 @@ from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder, gateway_meta
 from kvbudget.live.serve_reload import Reloaded, ScenarioReloads, policy_said
-from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
+from kvbudget.live.serve_settings import UpstreamSettings, block_tokens, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.live.server_metrics import EngineSnapshot
@@ -84,15 +84,6 @@ class ServeSettings:
                              lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
                              max_request_tokens=max_request_tokens,
                              reservation_granularity=block_tokens)
-
-
-def block_tokens(servers: Sequence[Mapping[str, Any]]) -> int:
-    """The largest KV block size the upstreams tell (their ``block_size``; 1 where none does):
-    the unit a reservation is rounded up to."""
-    return max((b for s in servers if isinstance(b := s.get("block_size"), int) and b > 0),
-               default=1)
-
-
 
 
 async def read_capacity(options: UpstreamOptions
@@ -390,8 +381,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
     if gateway.reservation_granularity > 1:
         announce(f"kvbudget serve: a reservation is rounded up to whole KV blocks of "
-                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size), as "
-                 "their engines allocate KV")
+                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size, the "
+                 "largest where they differ), as their engines allocate KV" + (
+                     "; read again at each capacity read" if followed else
+                     "; read at the start only: no capacity read follows the upstreams (a budget "
+                     "given)"))
     if settings.config.max_model_len is not None:
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "

@@ -224,4 +224,6 @@ def test_a_reservation_is_rounded_up_to_the_upstreams_kv_blocks(tmp_path: Path) 
     asyncio.run(main())
     rows = read_run(out / "run-0001").records
     assert list(rows["reserved_tokens"]) == [80]
-    assert any("rounded up to whole KV blocks of 16 tokens" in line for line in lines), lines
+    assert any("rounded up to whole KV blocks of 16 tokens" in line
+               and "read at the start only: no capacity read follows" in line
+               for line in lines), lines
