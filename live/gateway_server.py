@@ -256,8 +256,7 @@ class GatewayServer:
 
     async def refresh_capacity(self, snaps: list[EngineSnapshot] | None = None) -> None:
         """Read the upstreams' KV capacity (from ``snaps``, their ``/metrics`` read already,
-        else read now), resize the budget and follow their settings (their context and KV
-        block size: :meth:`~kvbudget.live.serve_settings.UpstreamSettings.follow`; a failed read keeps both,
+        else read now), resize the budget and follow their settings (a failed read keeps both,
         logs one line and makes ``/ready`` answer 503 until a read succeeds)."""
         try:
             snaps = snaps if snaps is not None else await self.upstreams.snapshots()
@@ -273,7 +272,7 @@ class GatewayServer:
         if self.settings is not None and await self.settings.follow(
                 self.upstreams, snaps, self.recorder, self.admission.now()):
             self.config = replace(self.config, max_model_len=self.settings.context)
-            self.admission.round_to(self.settings.block_tokens)
+            self.admission.round_to(self.settings.block_tokens)  # and its KV block size
 
     async def _sample_loop(self) -> None:
         period = self.config.capacity_period_s
@@ -325,12 +324,12 @@ class GatewayServer:
             log.warning("drain deadline passed: %d request(s) in flight aborted", num_aborted)
 
     def reload(self) -> bool:
-        """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
-        change live (:func:`~kvbudget.live.serve_reload.apply_reload`: a new policy in a new
-        run directory); False when there is nothing to read or the reload was refused."""
+        """Read the scenario again, apply what is safe to change live (``apply_reload``: new
+        policy or caps in a new run directory); False if nothing was read or applied."""
         return self.reload_policy is not None and apply_reload(
             self.admission, self.reload_policy,
-            None if self.recorder is None else self.recorder.new_policy)
+            None if self.recorder is None else self.recorder.new_policy,
+            lambda: self.sample(self.kv_used))  # a timeline row at it: a budget moved then
 
     @property
     def flight_changed(self) -> asyncio.Event:

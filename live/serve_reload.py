@@ -57,13 +57,15 @@ def tier_change(running: tuple[TierConfig, ...], new: tuple[TierConfig, ...]) ->
 
 def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded],
                  new_policy: Callable[[float, dict[str, object], dict[str, Any]], object]
-                 | None = None
+                 | None = None, applied: Callable[[], object] | None = None
                  ) -> bool:
     """Read the scenario again with ``read`` (the policy alone, or a :class:`Reloaded`) and
     apply what is safe to change live (the module doc); True when it was applied, and then
     ``new_policy`` (the run directories': :meth:`ServeRecorder.new_policy`) is told the time
     and the policy as it describes itself, with the gateway's caps (its front door and lease
-    TTL: :func:`~kvbudget.live.serve_records.gateway_meta`). A bad file (``ValueError``, ``OSError``), or one
+    TTL: :func:`~kvbudget.live.serve_records.gateway_meta`), then ``applied`` is called (the
+    gateway's: a timeline row, so that a budget moved by the reload is recorded as moved
+    then). A bad file (``ValueError``, ``OSError``), or one
     whose tiers changed, keeps everything running and logs one line."""
     gw = admission.gateway
     try:
@@ -83,6 +85,8 @@ def apply_reload(admission: Admission, read: Callable[[], Policy | Reloaded],
         _reconfigure(admission, new, config)
     if new_policy is not None:
         new_policy(admission.now(), gw.policy.describe(), gateway_meta(gw.config))
+    if applied is not None:
+        applied()
     return True
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kvbudget.cli.serve import settings_from_flags
@@ -123,3 +124,28 @@ def test_a_refused_file_is_refused_once_and_a_fixed_one_reloads(
     scenario.unlink()
     reloads.signalled()
     assert sum("reload refused" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_a_reload_that_moves_the_budget_is_a_timeline_row_then(tmp_path: Path) -> None:
+    """A reload of ``gateway_capacity_tokens`` moves the budget at the reload: a timeline row
+    is written then (the run directory's budget moves, simulated at their times), not at the
+    next period's row."""
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text('policy = "conservative"\ngateway_capacity_tokens = 20000\n')
+    settings = _settings(scenario, tmp_path / "runs")
+    server = build_server(settings, settings.gateway(20_000))
+    recorder = server.recorder
+    assert recorder is not None
+    server.sample()
+    reloads = ScenarioReloads(scenario, server.reload)
+    scenario.write_text('policy = "conservative"\ngateway_capacity_tokens = 30000\n')
+    reloaded_s = server.admission.now()
+    reloads.signalled()
+    request = GatewayRequest(
+        request_id=0, tier="interactive", arrival_s=0.0, prompt_tokens=100, max_output_tokens=50
+    )
+    recorder.write(request_row(request, Outcome("completed", "", 50, 0.0, 0.02, 0.3, 160)), 0.3)
+    recorder.close(server.admission.now())
+    timeline = pd.read_parquet(tmp_path / "runs" / "run-0001" / "timeline.parquet")
+    assert list(timeline["kv_capacity_tokens"]) == [20_000, 30_000]
+    assert timeline["time_s"].iloc[1] >= reloaded_s
