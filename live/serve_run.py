@@ -43,6 +43,10 @@ MAX_HEADER_BYTES = 64 * 1024
 connection is answered 400 and closed, by :class:`_BoundedHttpTools` or by h11's
 ``h11_max_incomplete_event_size``."""
 
+LISTEN_BACKLOG = 2048
+"""The listening socket's backlog: uvicorn's default (``uvicorn.Config(backlog=2048)``), which
+its start gives the socket again."""
+
 DRAIN_BACKSTOP_S = 5.0
 """uvicorn's own graceful-shutdown bound is the drain's deadline plus this: the gateway aborts
 what is left at the deadline itself (:meth:`GatewayServer.drain`), and uvicorn cancels whatever
@@ -328,11 +332,15 @@ def bind(host: str, port: int) -> socket.socket:
     algorithm (``TCP_NODELAY``) on a connection only when its socket says so
     (``asyncio.base_events._set_nodelay``), and connections accepted from a socket made with
     protocol 0 held each token written after the first on a kept-alive connection until the
-    client's delayed ACK (~40 ms on Linux): a stream reached its client in one piece."""
+    client's delayed ACK (~40 ms on Linux): a stream reached its client in one piece.
+    It listens at once (uvicorn's own backlog, :data:`LISTEN_BACKLOG`), before the start line
+    says so: the line came before uvicorn's start listened, and a client that connected on
+    reading it (a test, a supervisor's probe) was refused on a loaded machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
