@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from pathlib import Path
 
 import httpx
@@ -108,5 +109,36 @@ def test_a_mixed_fleet_rounds_to_its_largest_block() -> None:
                 assert settings.block_tokens == 16
             finally:
                 await upstreams.aclose()
+
+    asyncio.run(go())
+
+
+def test_an_upstream_not_reached_is_said_with_why(caplog: pytest.LogCaptureFixture) -> None:
+    """A capacity read of an upstream that refuses the connection (restarting) logged
+    'capacity not read, kept at ... tokens: URL/metrics: ClientConnectorError', the type
+    alone; the line now has aiohttp's message, which says it could not connect and where."""
+
+    async def go() -> None:
+        closed = socket.socket()  # bound, never listening: a connection to it is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        fake = FakeUpstream()
+        caplog.set_level(logging.WARNING, logger="kvbudget.serve")
+        try:
+            async with stack(fake, capacity_tokens=1600) as (server, _):
+                running = server.upstreams
+                server.upstreams = Upstreams(UpstreamOptions((f"http://127.0.0.1:{port}",)))
+                try:
+                    await server.refresh_capacity()
+                finally:
+                    await server.upstreams.aclose()
+                    server.upstreams = running
+        finally:
+            closed.close()
+        said = [r.getMessage() for r in caplog.records if "capacity not read" in r.message]
+        assert len(said) == 1, said
+        assert (
+            f"/metrics: ClientConnectorError: Cannot connect to host 127.0.0.1:{port}" in said[0]
+        ), said
 
     asyncio.run(go())
