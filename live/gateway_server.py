@@ -163,6 +163,18 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
         chunks.append(chunk)
 
 
+def _resize_said(admission: Admission, capacity: int, largest: int | None) -> None:
+    """Resize the budget to the upstreams' KV read again, in one line where it moved (an
+    upstream restarted with other KV blocks: it moved unsaid before, only ``/metrics``'
+    ``kvbudget_capacity_tokens`` showing it)."""
+    was = admission.gateway.config.capacity_tokens
+    admission.resize(capacity, largest)
+    if capacity != was:
+        log.warning("budget now %s tokens (was %s): the upstreams' KV, read again from their "
+                    "/metrics; what now fits is admitted, leases held keep theirs",
+                    f"{capacity:,}", f"{was:,}")
+
+
 def _wait_s(request: HttpRequest, tier: TierConfig) -> float | None:
     """How long a request may wait for admission: its tier's ``queue_timeout_s``, or the
     shorter ``x-kvbudget-deadline-s`` it sends."""
@@ -268,7 +280,7 @@ class GatewayServer:
             self.capacity_problem = str(exc)
             return
         self.capacity_problem = ""
-        self.admission.resize(capacity, largest)
+        _resize_said(self.admission, capacity, largest)
         if self.settings is not None and await self.settings.follow(
                 self.upstreams, snaps, self.recorder, self.admission.now()):
             self.config = replace(self.config, max_model_len=self.settings.context)

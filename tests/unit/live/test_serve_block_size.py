@@ -53,6 +53,7 @@ def test_an_upstream_restarted_with_another_block_size_is_followed(
                 recorder=recorder,
                 settings=UpstreamSettings(facts),
                 reservation_granularity=block_tokens(facts),
+                capacity_tokens=1000 * 16,  # as read at the start: (1001 - 1) blocks of 16
             ) as (server, url),
             httpx.AsyncClient() as client,
         ):
@@ -67,6 +68,11 @@ def test_an_upstream_restarted_with_another_block_size_is_followed(
             assert "rounded up to whole KV blocks of 32 tokens (was 16" in said[0], said
             assert server.admission.gateway.config.reservation_granularity == 32
             assert server.admission.gateway.config.capacity_tokens == 1000 * 32
+            moved = [r.getMessage() for r in caplog.records if "budget now" in r.message]
+            assert moved == [
+                "budget now 32,000 tokens (was 16,000): the upstreams' KV, read again from "
+                "their /metrics; what now fits is admitted, leases held keep theirs"
+            ], moved
             assert [p.name for p in recorder.closed] == ["run-0001"]
             assert (await client.post(url + "/v1/completions", json=BODY)).status_code == 200
         recorder.close(server.admission.now())
