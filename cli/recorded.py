@@ -380,17 +380,29 @@ def _engine_flags(engine: dict[str, Any]) -> tuple[list[str], list[tuple[str, st
 
 def _recorded_gateway(recording: "Recording", config: "SimConfig"
                     ) -> tuple["SimConfig", str]:
-    """``config`` with the recorded gateway's budget (``kv_capacity_tokens``) where it has none,
-    and the tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
+    """``config`` with the recorded gateway's budget (``kv_capacity_tokens``, and where a
+    ``kvbudget serve`` run's moved while it ran, its moves: ``kv_capacity_schedule``) where it
+    has none, and the tiers a ``kvbudget serve`` run admitted by (its ``replay.json``), simulated where
     no ``--scenario`` (nor ``--set``) gives tiers, and what is said of them: a run is
     simulated by the tiers it ran with, not the defaults, unsaid (its queue waits and size
     limits refuse other requests)."""
     cfg = recording.config
+    moves_said = ""
     if "kv_capacity_tokens" in cfg and config.gateway_capacity_tokens is None:
         config = replace(config, gateway_capacity_tokens=int(cfg["kv_capacity_tokens"]))
+        moves = tuple((float(t), int(b)) for t, b in cfg.get("kv_capacity_schedule") or ())
+        if moves:  # a kvbudget serve budget that moved while it ran, moved as it did
+            config = replace(config, gateway_capacity_schedule=moves)
+            moves_said = (f"; budget {int(cfg['kv_capacity_tokens']):,} tokens at the start, "
+                          "then " + ", ".join(f"{b:,} at {t:.6g} s" for t, b in moves[:4])
+                          + (f" and {len(moves) - 4} more" if len(moves) > 4 else "")
+                          + " (from the recording's timeline)")
+    elif cfg.get("kv_capacity_schedule"):
+        moves_said = (f"; one budget throughout, {config.gateway_capacity_tokens:,} tokens "
+                      "(given), not the run's, which moved while it ran")
     config, caps_said = _recorded_caps(recording, config)
     config, tiers_said = _recorded_tiers(recording, config)
-    return config, caps_said + tiers_said
+    return config, moves_said + caps_said + tiers_said
 
 
 def _door_said(door: FrontDoor | None) -> str:

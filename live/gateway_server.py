@@ -163,6 +163,18 @@ async def _read_body(request: HttpRequest, limit: int) -> bytes:
         chunks.append(chunk)
 
 
+def _resize_said(admission: Admission, capacity: int, largest: int | None) -> None:
+    """Resize the budget to the upstreams' KV read again, in one line where it moved (an
+    upstream restarted with other KV blocks: it moved unsaid before, only ``/metrics``'
+    ``kvbudget_capacity_tokens`` showing it)."""
+    was = admission.gateway.config.capacity_tokens
+    admission.resize(capacity, largest)
+    if capacity != was:
+        log.warning("budget now %s tokens (was %s): the upstreams' KV, read again from their "
+                    "/metrics; what now fits is admitted, leases held keep theirs",
+                    f"{capacity:,}", f"{was:,}")
+
+
 def _wait_s(request: HttpRequest, tier: TierConfig) -> float | None:
     """How long a request may wait for admission: its tier's ``queue_timeout_s``, or the
     shorter ``x-kvbudget-deadline-s`` it sends."""
@@ -268,10 +280,11 @@ class GatewayServer:
             self.capacity_problem = str(exc)
             return
         self.capacity_problem = ""
-        self.admission.resize(capacity, largest)
+        _resize_said(self.admission, capacity, largest)
         if self.settings is not None and await self.settings.follow(
                 self.upstreams, snaps, self.recorder, self.admission.now()):
             self.config = replace(self.config, max_model_len=self.settings.context)
+            self.admission.round_to(self.settings.block_tokens)  # and its KV block size
 
     async def _sample_loop(self) -> None:
         period = self.config.capacity_period_s
@@ -323,12 +336,12 @@ class GatewayServer:
             log.warning("drain deadline passed: %d request(s) in flight aborted", num_aborted)
 
     def reload(self) -> bool:
-        """Read the scenario again (SIGHUP, or the file changed) and apply what is safe to
-        change live (:func:`~kvbudget.live.serve_reload.apply_reload`: a new policy in a new
-        run directory); False when there is nothing to read or the reload was refused."""
+        """Read the scenario again, apply what is safe to change live (``apply_reload``: new
+        policy or caps in a new run directory); False if nothing was read or applied."""
         return self.reload_policy is not None and apply_reload(
             self.admission, self.reload_policy,
-            None if self.recorder is None else self.recorder.new_policy)
+            None if self.recorder is None else self.recorder.new_policy,
+            lambda: self.sample(self.kv_used))  # a timeline row at it: a budget moved then
 
     @property
     def flight_changed(self) -> asyncio.Event:

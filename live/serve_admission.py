@@ -140,6 +140,14 @@ class Admission:
                                       max_request_tokens=running.max_request_tokens)
         self.replace_policy(policy)
 
+    def round_to(self, block_tokens: int) -> None:
+        """The upstreams' KV block size, read again (one restarted with another
+        ``block_size``): new reservations are rounded up to it; leases held keep theirs."""
+        config = self.gateway.config
+        if block_tokens != config.reservation_granularity:
+            self.gateway.config = replace(config, reservation_granularity=block_tokens)
+            self._apply(self.gateway.advance(self.now()))
+
     def replace_policy(self, policy: Policy) -> None:
         """A reloaded policy decides from now on; leases held stay as they are."""
         self.gateway.policy = policy

@@ -122,6 +122,10 @@ class ServeRecorder:
         self._capacity_tokens = 1
         self._last_sample: dict[str, Any] | None = None
         self._last_known = True
+        # the rows at which the budget moved while no directory was open (since the last
+        # close, or the start; with whether each knew the KV used): a directory opens at its
+        # first request's end, and a move while its requests waited is its timeline's
+        self._moved: list[tuple[dict[str, Any], bool]] = []
         self._num_unknown = 0  # timeline rows of the open directory without the KV in use
         self._preemptions_base = 0
         for path in sorted(root.iterdir()):
@@ -139,8 +143,13 @@ class ServeRecorder:
             # the engines' preemptions are counted from the directory's start
             self._preemptions_base = int((self._last_sample or {}).get("num_preemptions", 0))
             if self._last_sample is not None:  # the state the directory starts from
-                self._run.write_timeline(self._from_base(self._last_sample))
-                self._num_unknown += not self._last_known
+                carried = self._moved if len(self._moved) > 1 else []
+                if not carried or carried[-1][0] is not self._last_sample:
+                    carried = [*carried, (self._last_sample, self._last_known)]
+                for row, known in carried:
+                    self._run.write_timeline(self._from_base(row))
+                    self._num_unknown += not known
+            self._moved = []
         return self._run
 
     def write_request(self, ticket: Ticket, outcome: Outcome, now_s: float) -> None:
@@ -164,12 +173,17 @@ class ServeRecorder:
     def sample(self, row: Mapping[str, Any], now_s: float, *,
                kv_used_known: bool = True) -> None:
         """One timeline row of the gateway's state, written to the open directory (a
-        directory opens with the last row before it). ``kv_used_known``: whether its
+        directory opens with the last row before it, and, where the budget moved while none
+        was open, with the rows at which it moved since the last closed: requests that
+        waited then are the next directory's). ``kv_used_known``: whether its
         ``kv_used_tokens`` was read from the upstreams (else it holds 0, which the
         directory's summary says)."""
         self._capacity_tokens = max(int(row.get("kv_capacity_tokens") or 1), 1)
         self._last_sample = dict(row)
         self._last_known = kv_used_known
+        if self._run is None and (not self._moved or self._moved[-1][0].get(
+                "kv_capacity_tokens") != row.get("kv_capacity_tokens")):
+            self._moved.append((self._last_sample, kv_used_known))
         if self._run is not None:
             self._run.write_timeline(self._from_base(row))
             self._num_unknown += not kv_used_known
@@ -186,6 +200,8 @@ class ServeRecorder:
             return None
         run.close()
         self._run = None
+        if self._last_sample is not None:  # the state the next directory may start from
+            self._moved = [(self._last_sample, self._last_known)]
         assumed = [] if not self._num_unknown else [
             kv_used_unknown_said(self._num_unknown, "the upstreams' /metrics")]
         self._finish(run.path, self.policy, self._capacity_tokens,

@@ -28,8 +28,8 @@ from kvbudget.live.gateway_server import GatewayServer, ServeConfig
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.serve_admission import Admission
 from kvbudget.live.serve_records import ServeRecorder, gateway_meta
-from kvbudget.live.serve_reload import Reloaded, policy_said
-from kvbudget.live.serve_settings import UpstreamSettings, fleet_context, told
+from kvbudget.live.serve_reload import Reloaded, ScenarioReloads, policy_said
+from kvbudget.live.serve_settings import UpstreamSettings, block_tokens, fleet_context, told
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server import BackendUnavailable, discover
 from kvbudget.live.server_metrics import EngineSnapshot
@@ -42,6 +42,10 @@ MAX_HEADER_BYTES = 64 * 1024
 """The largest request head the gateway accepts (h11's own default is 16 KiB): beyond it the
 connection is answered 400 and closed, by :class:`_BoundedHttpTools` or by h11's
 ``h11_max_incomplete_event_size``."""
+
+LISTEN_BACKLOG = 2048
+"""The listening socket's backlog: uvicorn's default (``uvicorn.Config(backlog=2048)``), which
+its start gives the socket again."""
 
 DRAIN_BACKSTOP_S = 5.0
 """uvicorn's own graceful-shutdown bound is the drain's deadline plus this: the gateway aborts
@@ -84,15 +88,6 @@ class ServeSettings:
                              lease_ttl_s=self.lease_ttl_s, front_door=self.front_door,
                              max_request_tokens=max_request_tokens,
                              reservation_granularity=block_tokens)
-
-
-def block_tokens(servers: Sequence[Mapping[str, Any]]) -> int:
-    """The largest KV block size the upstreams tell (their ``block_size``; 1 where none does):
-    the unit a reservation is rounded up to."""
-    return max((b for s in servers if isinstance(b := s.get("block_size"), int) and b > 0),
-               default=1)
-
-
 
 
 async def read_capacity(options: UpstreamOptions
@@ -197,24 +192,6 @@ class _Uvicorn(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.gateway.drain, self.drain_timeout_s)
         self.gateway.draining = True
         super().handle_exit(sig, frame)
-
-
-async def _watch(path: Path, server: GatewayServer, period_s: float = 1.0) -> None:
-    """Reload the policy when ``path`` changes (its modification time or size)."""
-    def stamp() -> tuple[float, int] | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return st.st_mtime, st.st_size
-
-    last = stamp()
-    while True:
-        await asyncio.sleep(period_s)
-        now = stamp()
-        if now != last and now is not None:
-            server.reload()
-        last = now
 
 
 def _counted_by(config: ServeConfig) -> str:
@@ -355,11 +332,15 @@ def bind(host: str, port: int) -> socket.socket:
     algorithm (``TCP_NODELAY``) on a connection only when its socket says so
     (``asyncio.base_events._set_nodelay``), and connections accepted from a socket made with
     protocol 0 held each token written after the first on a kept-alive connection until the
-    client's delayed ACK (~40 ms on Linux): a stream reached its client in one piece."""
+    client's delayed ACK (~40 ms on Linux): a stream reached its client in one piece.
+    It listens at once (uvicorn's own backlog, :data:`LISTEN_BACKLOG`), before the start line
+    says so: the line came before uvicorn's start listened, and a client that connected on
+    reading it (a test, a supervisor's probe) was refused on a loaded machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
@@ -390,8 +371,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
                            keep_alive_s=settings.keep_alive_s)
     loop = asyncio.get_running_loop()
     runner = _Uvicorn(config, server, settings.drain_timeout_s, loop)
-    loop.add_signal_handler(signal.SIGHUP, server.reload)
-    watcher = asyncio.create_task(_watch(settings.watch, server)) if settings.watch else None
+    # one reload a change of the scenario, whether SIGHUP or the watcher sees it first
+    reloads = None if settings.watch is None else ScenarioReloads(settings.watch, server.reload)
+    loop.add_signal_handler(signal.SIGHUP, server.reload if reloads is None
+                            else reloads.signalled)
+    watcher = None if reloads is None else asyncio.create_task(reloads.watch())
     host, port = sock.getsockname()[:2]
     announce(f"kvbudget serve: listening on http://{host}:{port} "
              f"(upstreams: {', '.join(settings.upstream.urls)}; capacity "
@@ -405,8 +389,11 @@ async def serve(settings: ServeSettings, announce: Callable[[str], Any] = print)
     announce(f"kvbudget serve: {_default_max_tokens_said(settings.config)}")
     if gateway.reservation_granularity > 1:
         announce(f"kvbudget serve: a reservation is rounded up to whole KV blocks of "
-                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size), as "
-                 "their engines allocate KV")
+                 f"{gateway.reservation_granularity} tokens (the upstreams' block_size, the "
+                 "largest where they differ), as their engines allocate KV" + (
+                     "; read again at each capacity read" if followed else
+                     "; read at the start only: no capacity read follows the upstreams (a budget "
+                     "given)"))
     if settings.config.max_model_len is not None:
         announce(f"kvbudget serve: a reservation ends at the upstreams' context, max_model_len "
                  f"{settings.config.max_model_len:,} (prompt + max_tokens over it is served "

@@ -3,15 +3,18 @@
 At its start the gateway reads each upstream's ``/v1/models`` (its context, ``max_model_len``,
 and what it loaded) and ``/metrics`` (``vllm:cache_config_info``: its KV blocks, their size,
 prefix caching, the KV dtype). Those settings cap a request's reservation at the context
-(:func:`~kvbudget.live.serve_request.context_max_tokens`) and go into each run directory's
+(:func:`~kvbudget.live.serve_request.context_max_tokens`), round every reservation up to
+their KV blocks (:func:`block_tokens`) and go into each run directory's
 ``replay.json`` (``server``, ``servers``), which ``validate``/``calibrate --records`` read
 back as the simulated server. An upstream restarted with other settings (a larger
 ``--max-model-len``) kept the old ones: requests were reserved up to the old context and used
 more (the invariant "no request begins prefill unless its reservation fits" broken), and every
 later directory said the old server. :class:`UpstreamSettings` reads them again at each
 capacity read (the ``/metrics`` already scraped for the capacity, and one ``GET /v1/models``
-an upstream); a change moves the context cap and closes the open run directory, so the next
-one records the new settings.
+an upstream); a change moves the context cap and the block rounding (an upstream restarted
+with another ``--block-size`` kept the old rounding before: reservations of 16-token blocks on
+an engine allocating 32) and closes the open run directory, so the next one records the new
+settings.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvbudget.live.serve_records import ServeRecorder
@@ -40,6 +43,14 @@ def fleet_context(facts: Sequence[dict[str, Any]]) -> int | None:
     return max(c for c in contexts if isinstance(c, int))
 
 
+def block_tokens(facts: Sequence[Mapping[str, Any]]) -> int:
+    """The largest KV block size the upstreams tell (their ``block_size``; 1 where none does):
+    the unit a reservation is rounded up to (with several of different sizes, the largest: a
+    reservation in its blocks covers the blocks of any smaller size it may run in)."""
+    return max((b for f in facts if isinstance(b := f.get("block_size"), int) and b > 0),
+               default=1)
+
+
 def told(facts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """``replay.json``'s keys for what the upstreams said: a lone upstream's as ``server`` (a
     replay's), several as ``servers``; none where nothing was read."""
@@ -58,6 +69,11 @@ class UpstreamSettings:
     @property
     def context(self) -> int | None:
         return fleet_context(self.facts)
+
+    @property
+    def block_tokens(self) -> int:
+        """The unit a reservation is rounded up to (:func:`block_tokens`)."""
+        return block_tokens(self.facts)
 
     async def _read(self, upstreams: Upstreams, index: int,
                     snap: EngineSnapshot) -> dict[str, Any] | None:
@@ -91,15 +107,19 @@ class UpstreamSettings:
             return False
         said = "; ".join(f"{upstreams.urls[i]}: {_diff(self.facts[i], now[i] or {})}"
                          for i in changed)
+        block = self.block_tokens
         for i in changed:
             self.facts[i] = now[i] or {}
         closed = None
         if recorder is not None:
             closed = recorder.restart(now_s, told(self.facts))
         context = self.context
-        log.warning("upstream settings changed (%s): a reservation now ends at %s%s", said,
+        log.warning("upstream settings changed (%s): a reservation now ends at %s%s%s", said,
                     "no context (one upstream does not tell its own)" if context is None
                     else f"the context {context:,}",
+                    "" if self.block_tokens == block else " and is rounded up to whole KV "
+                    f"blocks of {self.block_tokens} tokens (was {block}: the upstreams' "
+                    "block_size, the largest where they differ)",
                     f"; {closed} closed, the next run directory records them" if closed
                     else "")
         return True

@@ -56,6 +56,18 @@ KEEPALIVE_EXPIRY_S = 2.0
 never sends on a connection the upstream is closing."""
 
 
+def failure_said(exc: BaseException) -> str:
+    """An upstream call's failure for a log line: its type and, where it has one, aiohttp's
+    message (``ClientConnectorError: Cannot connect to host 127.0.0.1:8000 ssl:default
+    [Connect call failed ...]``), where the type alone left an operator guessing whether the
+    upstream was down, slow or refusing; at most 200 characters."""
+    said = str(exc).strip()
+    name = type(exc).__name__
+    if isinstance(exc, TimeoutError) and not said:
+        said = "no answer within the timeout"
+    return (f"{name}: {said}" if said else name)[:200]
+
+
 class UpstreamError(Exception):
     """An upstream did not answer as it should (one line: which, what). ``refusal``: the
     upstream's own answer when it refused the request as the client's fault (HTTP 4xx: its
@@ -214,7 +226,7 @@ class Upstreams:
                 return (resp.status, await resp.read(),
                         resp.headers.get("content-type", "application/json"))
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamError(f"{url}: {type(exc).__name__}") from None
+            raise UpstreamError(f"{url}: {failure_said(exc)}") from None
 
     async def snapshots(self) -> list[EngineSnapshot]:
         """Each upstream's ``/metrics`` read (:class:`UpstreamError` when one cannot be)."""

@@ -554,23 +554,34 @@ def _unstreamed_read_whole(meta: dict[str, Any], rec: Any, completed: npt.NDArra
         "TTFT)"]
 
 
-def _budget_moved_said(meta: dict[str, Any], timeline: Any, config: dict[str, Any]
-                       ) -> list[str]:
+def _budget_moved_said(meta: dict[str, Any], timeline: Any, config: dict[str, Any],
+                       shift: float = 0.0) -> list[str]:
     """For a ``kvbudget serve`` run whose budget changed while it ran (re-read from the
-    upstreams' ``/metrics``, or reloaded: its timeline's ``kv_capacity_tokens``): the simulated
-    gateway has one budget throughout, which is said with the range the run had."""
-    if meta.get("executor") != "serve" or "kv_capacity_tokens" not in timeline.columns:
+    upstreams' ``/metrics``, or reloaded: its timeline's ``kv_capacity_tokens``, a row written
+    at each change): ``config`` gains the budget at its start (``kv_capacity_tokens``) and its
+    moves, ``kv_capacity_schedule`` (``(time_s, budget)`` on the workload's clock, ``shift``
+    taken off), which the simulated gateway makes at those times
+    (``SimConfig.gateway_capacity_schedule``); said with the range the run had. Before, the
+    simulation held the last budget throughout."""
+    if meta.get("executor") != "serve" or not {"kv_capacity_tokens", "time_s"} <= set(
+            timeline.columns):
         return []
-    caps = timeline["kv_capacity_tokens"].dropna().astype(np.int64)
-    if caps.nunique() < 2:
+    rows = timeline[["time_s", "kv_capacity_tokens"]].dropna()
+    caps = rows["kv_capacity_tokens"].astype(np.int64).tolist()
+    times = (rows["time_s"].astype(np.float64) - shift).tolist()
+    if len(set(caps)) < 2:
         return []
-    held = config.get("kv_capacity_tokens")
-    return [f"the gateway's budget changed while this run ran ({int(caps.min()):,} to "
-            f"{int(caps.max()):,} tokens, re-read from the upstreams' /metrics or reloaded; "
-            f"{int(caps.iat[0]):,} at its start, {int(caps.iat[-1]):,} at its end): the "
-            "simulation holds one budget throughout"
-            + (f", {int(held):,} tokens (the last)" if isinstance(held, int) else "")
-            + " (--set gateway_capacity_tokens=N chooses another)"]
+    moves: dict[float, int] = {}
+    for k in range(1, len(caps)):
+        if caps[k] != caps[k - 1]:
+            moves[max(float(times[k]), 0.0)] = int(caps[k])
+    config["kv_capacity_tokens"] = int(caps[0])
+    config["kv_capacity_schedule"] = sorted(moves.items())
+    return [f"the gateway's budget changed while this run ran ({min(caps):,} to "
+            f"{max(caps):,} tokens, re-read from the upstreams' /metrics or reloaded; "
+            f"{caps[0]:,} at its start, {caps[-1]:,} at its end): the simulated gateway "
+            f"starts with {caps[0]:,} and moves it at the {counted(len(moves), 'time')} the "
+            "timeline recorded (--set gateway_capacity_tokens=N holds one budget throughout)"]
 
 
 SIMULATED_RUN = (
@@ -646,7 +657,7 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
                        config=config, counts=counts,
                        notes=_simulated_said(path, run.summary) + ([rules] if rules else [])
                        + _gateway_times_said(meta, rec) + unstreamed
-                       + _budget_moved_said(meta, run.timeline, config)
+                       + _budget_moved_said(meta, run.timeline, config, shift)
                        + ([loop_said] if loop_said else []),
                        output_measured=output, stages=(loop,) if loop else ())
     return replace(recording, workload=workload)

@@ -41,6 +41,7 @@ from kvbudget.results.records import (
 from kvbudget.results.run_result import RunResult
 from kvbudget.simulator import queue_caps
 from kvbudget.simulator.alarm import Alarm, UrgentTimeout
+from kvbudget.simulator.budget_moves import BudgetMoves
 from kvbudget.simulator.clients import Clients
 from kvbudget.simulator.disagg import DisaggFleet
 from kvbudget.simulator.engine import EngineHooks, RequestColumns
@@ -124,6 +125,8 @@ class _Simulation:
         self.env = simpy.Environment()
         priority = tier_priorities(workload, config.tiers)
         self._clients = Clients(self, config) if Clients.wanted(workload, config) else None
+        self._moves = BudgetMoves(config.gateway_capacity_schedule)  # applied by clock()
+        self._next_move_s = self._moves.next_s
         self.engine, self.gateway, self.kv_capacity_tokens = self._serve(priority)
         self.gateway.attach_engine(_Probe(self.engine))
         self.status = np.full(n, PENDING, dtype=np.int8)
@@ -145,6 +148,9 @@ class _Simulation:
         # (_note_gateway): the hooks run once per engine loop iteration
         self._gateway_timer_s = math.inf
         self._state = (self._reserved_now, self.gateway.num_waiting())
+        if config.gateway_capacity_schedule and not isinstance(self.gateway, Gateway):
+            raise ValueError("gateway_capacity_schedule moves one gateway's budget: this "
+                             "fleet has a gateway a replica")
 
     def _serve(self, priority: npt.NDArray[np.int64]
                ) -> tuple[ServingEngine, Gateway | FleetGateway, int]:
@@ -274,6 +280,11 @@ class _Simulation:
         now = max(t, self.gateway.now_s)
         self._reserved_ts += self._reserved_now * (now - self._reserved_last_t)
         self._reserved_last_t = now
+        if now >= self._next_move_s:  # the budget moved (SimConfig.gateway_capacity_schedule)
+            budget, self._next_move_s = self._moves.due(now), self._moves.next_s
+            gateway = self.gateway  # a Gateway (checked at the start)
+            assert isinstance(gateway, Gateway) and budget is not None
+            self.carry_out(gateway.resize(budget, now, gateway.config.max_request_tokens), now)
         return now
 
     def carry_out(self, actions: list[Action], now: float) -> None:
@@ -289,6 +300,8 @@ class _Simulation:
         gateway = self.gateway
         nxt = gateway.next_timer_s()
         self._gateway_timer_s = math.inf if nxt is None else nxt
+        if self._gateway_timer_s > self._next_move_s and gateway.num_waiting():
+            self._gateway_timer_s = self._next_move_s  # a move may admit those waiting
         self._reserved_now = reserved = gateway.budget.reserved_tokens
         self._state = (reserved, gateway.num_waiting())
 

@@ -24,6 +24,7 @@ from kvbudget.policies.clients import ClientModel
 from kvbudget.policies.gateway import FrontDoor
 from kvbudget.policies.tiers import tier_map
 from kvbudget.simulator.autoscale_config import AutoscaleConfig
+from kvbudget.simulator.budget_moves import check_schedule
 from kvbudget.simulator.engine_config import ENGINE_DEFAULTS, EngineConfig, EngineDefaults
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ class SimConfig:
     gateway_capacity_tokens: int | None = None
     lease_ttl_s: float | None = None
     timeline_period_s: float = 1.0
+    # (time_s, budget): the gateway's budget moves then (simulator.budget_moves)
+    gateway_capacity_schedule: tuple[tuple[float, int], ...] = ()
     seed: int = 0
     front_door: FrontDoor | None = None
     fleet: FleetConfig | None = None
@@ -218,6 +221,12 @@ class SimConfig:
             raise ValueError(
                 f"gateway_capacity_tokens must be >= 1, got {self.gateway_capacity_tokens!r}"
             )
+        check_schedule(self.gateway_capacity_schedule)
+        autoscaled = self.fleet is not None and self.fleet.autoscale is not None
+        if self.gateway_capacity_schedule and (autoscaled or self.disaggregation is not None):
+            raise ValueError("gateway_capacity_schedule moves one gateway's budget: an "
+                             "autoscaled fleet's budget follows its replicas, a disaggregated "
+                             "one's is per pool")
         if not 0 < self.timeline_period_s < float("inf"):
             raise ValueError(
                 f"timeline_period_s must be > 0 and finite, got {self.timeline_period_s!r}")

@@ -70,6 +70,7 @@ class FakeUpstream:
     refuse_body: tuple[int, dict[str, Any]] | None = None
     on_tokenize: Callable[[], None] | None = None  # called as /tokenize counts
     max_model_len: int | None = None  # told by /v1/models, as vLLM does (None: not told)
+    block_size: int = BLOCK_SIZE  # told by /metrics' vllm:cache_config_info
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -116,7 +117,7 @@ class FakeUpstream:
             usage += (f'vllm:num_preemptions_total{{engine="0",model_name="fake"}} '
                       f'{self.num_preemptions}\n')
         return PlainTextResponse(
-            f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",'
+            f'vllm:cache_config_info{{block_size="{self.block_size}",'
             f'num_gpu_blocks="{self.num_gpu_blocks}"}} 1.0\n' + usage)
 
     async def _hold(self, request: Request | None = None) -> None:
@@ -265,7 +266,9 @@ def make_server(upstream: str, capacity_tokens: int = 100_000, policy: str = "co
                 params: dict[str, Any] | None = None, on_action: Callable[[Action], None]
                 | None = None, tiers: tuple[TierConfig, ...] = TIERS,
                 **options: Any) -> GatewayServer:
-    gateway = Gateway(GatewayConfig(capacity_tokens=capacity_tokens, tiers=tiers),
+    block = options.pop("reservation_granularity", 1)  # the upstreams' block_size, told
+    gateway = Gateway(GatewayConfig(capacity_tokens=capacity_tokens, tiers=tiers,
+                                    reservation_granularity=block),
                       make_policy(policy, params or {}))
     recorder = options.pop("recorder", None)
     clock = options.pop("clock", None)  # the admission's (time.monotonic by default)

@@ -112,14 +112,17 @@ def test_a_directory_written_before_says_its_caps_are_unknown(tmp_path: Path) ->
 
 
 def test_a_budget_that_changed_mid_run_is_said(tmp_path: Path) -> None:
-    """The upstreams' /metrics re-read mid-run moved the budget: the simulation has one."""
+    """The upstreams' /metrics re-read mid-run moved the budget: said, and simulated as it
+    moved (tests/unit/live/test_serve_budget_moves_replayed.py)."""
     run_dir = _two_at_once(_recorder(tmp_path / "runs", None, None),
                            later=12_000)
     said, _ = _validate(run_dir, tmp_path / "v")
     assert "the gateway's budget changed while this run ran (12,000 to 20,000 tokens, " \
         "re-read from the upstreams' /metrics or reloaded; 20,000 at its start, 12,000 at " \
-        "its end): the simulation holds one budget throughout, 12,000 tokens (the last)" \
-        in said, said
+        "its end): the simulated gateway starts with 20,000 and moves it at the 1 time the " \
+        "timeline recorded" in said, said
+    assert "budget 20,000 tokens at the start, then 12,000 at 0.3 s (from the recording's " \
+        "timeline)" in said, said
 
 
 def test_a_reload_of_the_caps_starts_a_directory_that_records_them(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from kvbudget.live.gateway_server import ServeConfig
 from kvbudget.live.serve_request import KeyTable, key_digest
-from kvbudget.live.serve_run import ServeSettings, serve
+from kvbudget.live.serve_run import ServeSettings, bind, serve
 from kvbudget.live.serve_upstream import UpstreamOptions, Upstreams
 from kvbudget.live.server_metrics import snapshot
 from kvbudget.policies import make_policy
@@ -224,4 +225,20 @@ def test_a_reservation_is_rounded_up_to_the_upstreams_kv_blocks(tmp_path: Path) 
     asyncio.run(main())
     rows = read_run(out / "run-0001").records
     assert list(rows["reserved_tokens"]) == [80]
-    assert any("rounded up to whole KV blocks of 16 tokens" in line for line in lines), lines
+    assert any("rounded up to whole KV blocks of 16 tokens" in line
+               and "read at the start only: no capacity read follows" in line
+               for line in lines), lines
+
+
+def test_the_socket_listens_before_the_start_line_says_so() -> None:
+    """``kvbudget serve`` says "listening on" once its socket is bound, then uvicorn's start
+    listened on it: a client that connected on reading the line was refused on a loaded
+    machine (the CLI tests' first request failed so: "All connection attempts failed"). The
+    socket now listens as it is bound; a connection waits in its backlog until uvicorn
+    accepts it."""
+    sock = bind("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=5.0):
+            pass  # queued in the backlog: nothing has accepted it yet
+    finally:
+        sock.close()
