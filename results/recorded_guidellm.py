@@ -98,6 +98,7 @@ from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 
 KINDS = ("successful", "errored", "incomplete")
 """GuideLLM's request lists (``StatusBreakdown``), in the report's order."""
@@ -140,8 +141,7 @@ def load_report(path: Path) -> Any:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, "too large for a recording")
-        with path.open() as fh:
-            return yaml.safe_load(fh)
+        return yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else int(mark.line) + 1
