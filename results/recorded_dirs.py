@@ -304,13 +304,14 @@ def tool_dir_refusal(path: Path, usage: str = RECORDS_USAGE) -> str | None:
         return (f"is not a kvbudget run directory (no {REQUESTS_FILE}); a load tool's "
                 f"recording is one of its files: it holds {len(data)} data file(s) "
                 f"({_listed(data, path)}): pass one of them")
-    return _summaries_below(path) or _no_data(path)
+    return _summaries_below(path)
 
 
-def _no_data(path: Path) -> str | None:
-    """Why a folder with no data file in it or one folder down is no recording (it was told
-    "not a run directory (requests.parquet is missing)", as if one file were missing), naming
-    what it holds; None where it holds a data file."""
+def no_data_refusal(path: Path) -> str | None:
+    """Why a folder given as a recording with no data file in it or one folder down is none
+    (it was told "not a run directory (requests.parquet is missing)", as if one file were
+    missing), naming what it holds; None where it holds a data file. ``report``, which takes a
+    run directory, keeps its own words."""
     held = sorted(p for p in (*path.iterdir(), *path.glob("*/*")) if p.is_file())
     if any(p.suffix.lower() in DATA_SUFFIXES for p in held):
         return None

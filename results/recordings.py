@@ -87,6 +87,7 @@ from kvbudget.results.recorded_aiperf import read_aiperf
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
+    no_data_refusal,
     tool_dir_refusal,
 )
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
@@ -401,6 +402,9 @@ def read_recording(
     ``max_tokens`` (default: each request's realised output, never an invented cap).
     """
     path = Path(path)
+    empty = no_data_refusal(path) if path.is_dir() else None
+    if empty:
+        raise TraceError(path, empty)
     try:
         fmt = format or detect_recording_format(path)
     except TraceError as exc:

@@ -407,8 +407,10 @@ def read_run(run_dir: Path) -> RunResult:
         text = read_text(paths[2])
         summary = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
-        line = f"line {exc.lineno}: " if isinstance(exc, json.JSONDecodeError) else ""
-        raise ValueError(f"{paths[2]}: {line}{json_refusal(exc, text)}") from None
+        said = json_refusal(exc, text)
+        if said.startswith("not valid JSON ("):  # json's own words, with the line and column
+            raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
+        raise ValueError(f"{paths[2]}: line {getattr(exc, 'lineno', 1)}: {said}") from None
     except TraceError:  # cut in a UTF-16 character: it names the file
         raise
     except ValueError as exc:  # not UTF-8 text

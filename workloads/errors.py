@@ -94,6 +94,8 @@ def json_refusal(exc: BaseException, text: str) -> str:
     string", as if a character were wrong."""
     msg = getattr(exc, "msg", None)
     pos = getattr(exc, "pos", None)
+    if not text.strip():
+        return "not valid JSON: the file is empty"
     if msg and pos is not None and (pos >= len(text.rstrip())
                                     or str(msg).startswith("Unterminated string")):
         return f"not valid JSON: the file ends inside the document, {CUT_SHORT}"
