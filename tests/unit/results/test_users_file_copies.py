@@ -380,3 +380,29 @@ def test_validate_reads_a_utf16_copy_and_refuses_a_cut_one_in_one_line(tmp_path:
         len(lines) == 1
         and "line 1: not valid JSON: the file ends inside the document, cut short" in lines[0]
     ), lines
+
+
+@pytest.mark.parametrize("version", ["0.2.1", "0.6.1", "0.8.1"])
+def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
+    tmp_path: Path, version: str
+) -> None:
+    """Still YAML, a report cut at a line's end read as a whole run with its last requests
+    gone: the 0.8.1 report cut at 90% of its lines read 16 of its 20 requests and said
+    nothing. GuideLLM's ``yaml.dump`` sorts keys, so the last benchmark's ``type_`` (after its
+    requests) and, from 0.5, the ``metadata`` after the benchmarks tell a whole report."""
+    src = FIXTURES / f"guidellm-{version}" / "constant.yaml"
+    lines = src.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "benchmarks.yaml"
+    for fraction in (0.2, 0.5, 0.9, 0.99, *((0.999,) if version == "0.8.1" else ())):
+        # 0.2-0.6 cut after the last benchmark's type_ lose keys after it (``worker``,
+        # ``warmup_duration``; 0.6's ``metadata`` beside its ``args``) unseen: left
+        keep = int(len(lines) * fraction)
+        path.write_bytes(b"".join(lines[:keep]))
+        with pytest.raises(TraceError) as info:
+            read_recording(path)
+        assert info.value.line == keep, (fraction, str(info.value))
+        assert info.value.problem.endswith(
+            "cut short (was the tool stopped while it wrote the file?)"
+        ), (fraction, info.value)
+    path.write_bytes(b"".join(lines))
+    assert len(read_recording(path)) == len(read_recording(src))
