@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kvbudget.results.recorded_summaries import summary_refusal
 from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
+from kvbudget.workloads.text_files import open_utf8, read_text
 
 PER_REQUEST_FILES: dict[str, str] = {
     "profile_export.jsonl": "AIPerf",
@@ -163,7 +164,7 @@ def _inputs_only(where: Path, base: Path) -> str | None:
     None."""
     inputs = where / INPUTS_JSON
     try:
-        with inputs.open("rb") as f:
+        with open_utf8(inputs) as f:
             head = b"".join(f.read(256).split())
     except OSError:
         return None
@@ -238,8 +239,8 @@ def _first_document(path: Path) -> object:
     try:
         if path.stat().st_size > SCANNED_BYTES:
             return None
-        text = path.read_text(errors="replace")
-    except OSError:
+        text = read_text(path, errors="replace")
+    except (OSError, ValueError):
         return None
     for candidate in (text, text.lstrip().split("\n", 1)[0]):
         try:
@@ -304,3 +305,18 @@ def tool_dir_refusal(path: Path, usage: str = RECORDS_USAGE) -> str | None:
                 f"recording is one of its files: it holds {len(data)} data file(s) "
                 f"({_listed(data, path)}): pass one of them")
     return _summaries_below(path)
+
+
+def no_data_refusal(path: Path) -> str | None:
+    """Why a folder given as a recording with no data file in it or one folder down is none
+    (it was told "not a run directory (requests.parquet is missing)", as if one file were
+    missing), naming what it holds; None where it holds a data file. ``report``, which takes a
+    run directory, keeps its own words."""
+    held = sorted(p for p in (*path.iterdir(), *path.glob("*/*")) if p.is_file())
+    if any(p.suffix.lower() in DATA_SUFFIXES for p in held):
+        return None
+    kinds = ", ".join(DATA_SUFFIXES)
+    if not held:
+        return f"is an empty folder: no file of a recording ({kinds}) in it"
+    return (f"holds no file a recording is read from ({kinds}), in it or one folder down: it "
+            f"has {_listed(held, path)}")

@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.workloads.counted import counted
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import CUT_SHORT, TraceError, json_refusal
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.max_output import FactorOfTrue, MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 from kvbudget.workloads.traces._finish import RawTrace, Streams, finish
 from kvbudget.workloads.traces.options import TraceOptions
 from kvbudget.workloads.workload import Workload
@@ -83,10 +84,12 @@ def load_json(path: Path) -> Any:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a "
                              "recording")
-        return json.loads(path.read_text())
+        text = read_text(path)
+        if not text.strip():
+            raise TraceError(path, "is empty: no JSON document in it")
+        return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise TraceError(path, f"not valid JSON ({_json_problem(exc)})",
-                         line=getattr(exc, "lineno", 1)) from None
+        raise TraceError(path, json_refusal(exc, text), line=getattr(exc, "lineno", 1)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
 
@@ -97,20 +100,38 @@ def json_lines(path: Path) -> list[tuple[int, Any]]:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a "
                              "recording")
-        text = path.read_text()
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
     out: list[tuple[int, Any]] = []
-    for i, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             out.append((i, json.loads(line)))
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise TraceError(path, f"not valid JSON ({_json_problem(exc)})", line=i) from None
+            raise cut_record(path, text, lines, i, len(out)) or TraceError(
+                path, f"not valid JSON ({_json_problem(exc)})", line=i) from None
     if not out:
         raise TraceError(path, "is empty")
     return out
+
+
+def cut_record(path: Path, text: str, lines: list[str], i: int, whole: int) -> TraceError | None:
+    """The refusal of a JSON-lines file whose line ``i`` (1-based), its last, is a record cut
+    short (the file ends in it, with no line end after it), ``whole`` records before it; None
+    when line ``i`` is not so. Read up to it, such a file would look like a whole run: the
+    requests in flight when the tool was stopped have no record, and they are the slow ones."""
+    if text.endswith(("\n", "\r")) or any(line.strip() for line in lines[i:]):
+        return None
+    if not whole:
+        return TraceError(path, f"not valid JSON: the file ends inside the document, {CUT_SHORT}",
+                          line=i)
+    return TraceError(path, f"not valid JSON: the file ends inside this record, {CUT_SHORT}; the "
+                      "requests in flight then have no record, so it is refused rather than "
+                      f"read as a whole run: rerun it, or delete line {i} to read the "
+                      f"{counted(whole, 'whole record')} before it as they are", line=i)
 
 
 def check_times(path: Path, name: str, values: FloatArray, rows: npt.NDArray[np.int64],

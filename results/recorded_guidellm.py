@@ -96,8 +96,9 @@ from kvbudget.results.recorded_idle import closed_loop_idle_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.closed_loop import Conversations
 from kvbudget.workloads.counted import counted
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import CUT_SHORT, TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 
 KINDS = ("successful", "errored", "incomplete")
 """GuideLLM's request lists (``StatusBreakdown``), in the report's order."""
@@ -140,8 +141,8 @@ def load_report(path: Path) -> Any:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, "too large for a recording")
-        with path.open() as fh:
-            return yaml.safe_load(fh)
+        text = read_text(path)
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = None if mark is None else int(mark.line) + 1
@@ -149,6 +150,33 @@ def load_report(path: Path) -> Any:
                          line=line) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
+    _refuse_cut_yaml(path, doc, text)
+    return doc
+
+
+def _refuse_cut_yaml(path: Path, doc: Any, text: str) -> None:
+    """Refuse a YAML report cut short at a line's end: still YAML, it read as a whole run with
+    its last requests gone (the 0.8.1 fixture cut at 90% of its lines read 16 of its 20
+    requests, and said nothing). GuideLLM writes its YAML with ``yaml.dump(model_dict)``, which
+    sorts keys (guidellm 0.8.1 ``benchmark/schemas/report.py`` line 113; 0.2-0.6 alike), so a
+    benchmark's ``type_`` (every version's, 0.2 to 0.8) comes after its ``requests``: the last
+    benchmark without it was cut before it was whole."""
+    benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(benchmarks, list) or not benchmarks:
+        return
+    last = benchmarks[-1]
+    if not isinstance(last, dict):
+        return
+    if "type_" not in last:
+        raise TraceError(path, f"benchmarks[{len(benchmarks) - 1}] ends before its 'type_', "
+                         "which GuideLLM's YAML (its keys in alphabetical order) writes after "
+                         f"its requests: {CUT_SHORT}", line=len(text.splitlines()))
+    if "scheduler_metrics" in last and not {"args", "metadata"} & set(doc):
+        # 0.4+ (the layout with scheduler_metrics) writes 'args' before its benchmarks
+        # (0.4-0.6) or 'metadata' after them (0.5+): one with neither was cut after them
+        raise TraceError(path, "ends after its benchmarks, without the 'metadata' GuideLLM "
+                         f"writes after them (its version): {CUT_SHORT}",
+                         line=len(text.splitlines()))
 
 
 def csv_refusal(path: Path) -> str:

@@ -37,6 +37,7 @@ import yaml  # type: ignore[import-untyped]  # pyyaml ships no type hints
 
 from kvbudget.results.recorded_fields import dig, peak_in_flight
 from kvbudget.workloads.counted import counted
+from kvbudget.workloads.text_files import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,7 +100,7 @@ def run_config(path: Path) -> Any:
     if not config_path.is_file():
         return None
     try:
-        return yaml.safe_load(config_path.read_text(errors="replace"))
+        return yaml.safe_load(read_text(config_path, errors="replace"))
     except yaml.YAMLError:
         return None
 

@@ -27,6 +27,7 @@ from kvbudget.results.recorded_guidellm_prefix import (
     SharedPrefix,
     keyed_prefix,
 )
+from kvbudget.workloads.text_files import read_text
 
 MIN_KEY_CHARS = 8
 """The fewest leading characters that tell two generated system prompts apart."""
@@ -39,7 +40,7 @@ def shared_prefix_settings(path: Path) -> Mapping[str, Any] | None:
     if not config_path.is_file():
         return None
     try:
-        config = yaml.safe_load(config_path.read_text(errors="replace"))
+        config = yaml.safe_load(read_text(config_path, errors="replace"))
     except yaml.YAMLError:
         return None
     if dig(config, "data", "type") != "shared_prefix":

@@ -42,6 +42,7 @@ from kvbudget.results.recorded_guidellm_turns import (
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 
 TOOL = "multi-round-qa"
 COLUMNS = ("prompt_tokens", "generation_tokens", "ttft", "generation_time", "launch_time",
@@ -66,7 +67,7 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a "
                              "recording")
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(path, f"cannot be read ({exc})") from None
     rows = [row for row in csv.reader(io.StringIO(text)) if row]

@@ -21,6 +21,7 @@ from typing import Any
 
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
+from kvbudget.workloads.text_files import open_utf8
 
 LLMPERF_REQUEST_KEYS = frozenset({"ttft_s", "end_to_end_latency_s", "number_input_tokens"})
 """Keys of one LLMPerf individual response (``llmperf/common_metrics.py``)."""
@@ -583,7 +584,7 @@ def _console_lines(path: Path) -> Iterator[bytes]:
     """``path`` a line at a time (each prefixed with its newline, as :data:`_BENCH_SAID`'s
     patterns read), at most 64 KiB read at once: a progress bar's line of carriage returns is
     read in pieces, never the file whole. A piece that does not start a line gets no newline."""
-    with path.open("rb") as fh:
+    with open_utf8(path) as fh:
         start = True
         while piece := fh.readline(CONSOLE_HEAD):
             yield (b"\n" if start else b"") + piece

@@ -77,6 +77,7 @@ from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.results.vllm_releases import client_release_note
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 
 TOOL = "vllm bench serve"
 TRTLLM = "tensorrt_llm benchmark_serving"
@@ -121,7 +122,7 @@ def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
         raise TraceError(path, f"cannot be read ({exc})") from None
     if size > MAX_FILE_BYTES:
         raise TraceError(path, f"is over {MAX_FILE_BYTES >> 30} GiB: too large for a recording")
-    text = path.read_text(errors="replace")
+    text = read_text(path, errors="replace")
     try:
         doc = json.loads(text)
         docs: list[tuple[int | None, Any]] = [(None, doc)]

@@ -68,6 +68,7 @@ the field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -87,6 +88,7 @@ from kvbudget.results.recorded_consoles import guidellm_console_refusal, server_
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
+    no_data_refusal,
     tool_dir_refusal,
 )
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
@@ -130,9 +132,19 @@ from kvbudget.results.recording import (
     build_recording,
     read_replay_meta,
 )
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import CUT_SHORT, TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import (
+    encoding_said,
+    head_utf8,
+    open_utf8,
+    read_utf8,
+    utf8_file,
+)
 from kvbudget.workloads.traces.load import detect_format
+
+TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".csv")
+"""The files of a directory whose encoding is said (:func:`encodings_said`)."""
 
 __all__ = [  # the recording's types, read here with the readers (kvbudget.results.recording)
     "COMPLETED_WORDS",
@@ -159,7 +171,7 @@ def _first_json(path: Path, head: bytes) -> Any:
 
     line = head.split(b"\n", 1)[0]
     if b"\n" not in head:
-        with path.open("rb") as fh:
+        with open_utf8(path) as fh:
             line = fh.readline().strip()
     try:
         return json.loads(line)
@@ -169,7 +181,7 @@ def _first_json(path: Path, head: bytes) -> Any:
 
 def _json_lines(path: Path) -> bool:
     """Whether the file's second line is a JSON object too (one object a line)."""
-    with path.open("rb") as fh:
+    with open_utf8(path) as fh:
         fh.readline()
         second = fh.readline().strip()
     try:
@@ -266,7 +278,7 @@ def _spans_lines(path: Path) -> bool:
     ``output_tokens`` beside its ``per_request`` list, github.com/sgl-project/sglang ec0eaf2
     ``benchmark/kernels/moe_tp_ep/results/a3-2026-09-16/e2e/deepep_r1_in1024.json``) was read
     as generic records and told "line 1: not valid JSON", though it is valid JSON."""
-    with path.open("rb") as fh:
+    with open_utf8(path) as fh:
         first = fh.readline(1 << 16).strip()
     try:
         json.loads(first)
@@ -322,8 +334,14 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         return "run"
     if not path.exists():
         raise TraceError(path, "no such file or run directory")
-    with path.open("rb") as fh:
-        head = fh.read(1 << 16)
+    head = head_utf8(path, 1 << 16)
+    if not head.strip():
+        raise TraceError(
+            path,
+            "is empty"
+            + (" (only blank space)" if head else " (0 bytes)")
+            + ": no recording in it; was the tool stopped before it wrote it?",
+        )
     if head.startswith(SQLITE_HEADER):
         if is_evalscope_db(path):
             return "evalscope"
@@ -344,10 +362,10 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         first = head.split(b"\n", 1)[0]
         if first.startswith(b"Run Info") or (b"Run Id" in first and b"Request Loader" in head):
             return "guidellm"
-        aggregates = csv_summary_refusal(first.lstrip(b"\xef\xbb\xbf"), path.name)
+        aggregates = csv_summary_refusal(first, path.name)
         if aggregates:
             raise TraceError(path, aggregates)
-        header = first.lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace").strip().split(",")
+        header = first.decode("utf-8", "replace").strip().split(",")
         return "multi-round-qa" if is_multi_round_qa([h.strip() for h in header]) else "records"
     if suffix in (".yaml", ".yml"):
         doc = load_report(path)
@@ -386,7 +404,13 @@ def read_recording(
     ``max_tokens`` (default: each request's realised output, never an invented cap).
     """
     path = Path(path)
-    fmt = format or detect_recording_format(path)
+    empty = no_data_refusal(path) if path.is_dir() else None
+    if empty:
+        raise TraceError(path, empty)
+    try:
+        fmt = format or detect_recording_format(path)
+    except TraceError as exc:
+        raise _unterminated_yaml(path, exc) from None
     if fmt not in RECORDING_FORMATS:
         raise TraceError(
             path,
@@ -394,12 +418,50 @@ def read_recording(
             field="format",
         )
     if fmt == "run":
-        return read_run_dir(path, default_tier)
-    if fmt == "records":
+        rec = read_run_dir(path, default_tier)
+    elif fmt == "records":
         if not columns:
             refuse_unreadable_records(path)
-        return read_records(path, columns or {}, default_tier, max_output)
-    return _read_tool_file(path, fmt, default_tier, seed, max_output)
+        with utf8_file(path) as readable:  # pyarrow's readers are handed the file's name
+            rec = dataclasses.replace(
+                read_records(readable, columns or {}, default_tier, max_output), path=str(path)
+            )
+    else:
+        try:
+            rec = _read_tool_file(path, fmt, default_tier, seed, max_output)
+        except TraceError as exc:
+            raise _unterminated_yaml(path, exc) from None
+    said = encodings_said(path)
+    return dataclasses.replace(rec, notes=(*rec.notes, said)) if said else rec
+
+
+def _unterminated_yaml(path: Path, exc: TraceError) -> TraceError:
+    """``exc``, and for a YAML file that does not end with a line end the likelier reason: a
+    YAML writer ends its document with one (PyYAML's ``dump``, GuideLLM's), and a report cut
+    short at a line's end is still YAML, only with its last requests' fields missing (it was
+    told "a successful request without request_start_time" alone)."""
+    if path.suffix.lower() not in (".yaml", ".yml") or exc.path != str(path) or not path.is_file():
+        return exc
+    if read_utf8(path)[-1:] in (b"\n", b"\r", b""):  # on the error path only
+        return exc
+    return TraceError(
+        path,
+        f"{exc.problem}; the file does not end with a line end, as a YAML report does: {CUT_SHORT}",
+        line=exc.line,
+        row=exc.row,
+        field=exc.field,
+    )
+
+
+def encodings_said(path: Path) -> str | None:
+    """The line that says which of the files read were UTF-16 or UTF-32 text (their byte-order
+    mark; :mod:`kvbudget.workloads.text_files`): ``path``, or the text files in a directory and
+    its folders one level down (a tool's run folder). None when every one was UTF-8."""
+    if not path.is_dir():
+        return encoding_said([path])
+    return encoding_said(
+        sorted(p for p in (*path.iterdir(), *path.glob("*/*")) if p.suffix.lower() in TEXT_SUFFIXES)
+    )
 
 
 def refuse_aggregate_table(path: Path) -> None:
@@ -408,8 +470,8 @@ def refuse_aggregate_table(path: Path) -> None:
     before the generic format misses its first column (``kvbudget report`` asks it too of a
     file given for a run directory, ``trace convert`` of a CSV no trace format reads); a CSV
     given with ``--column`` mappings is not asked."""
-    with path.open("rb") as fh:
-        first = fh.readline(1 << 16).lstrip(b"\xef\xbb\xbf").decode("utf-8", "replace")
+    with open_utf8(path) as fh:
+        first = fh.readline(1 << 16).decode("utf-8", "replace")
     header = first.strip().split(",")
     aggregates = (
         aggregate_table_refusal(header)
@@ -440,7 +502,7 @@ def _refuse_unsent_lines(path: Path) -> None:
     streamed requests' lines only) in one line, before the generic format misses a field."""
     keys: dict[str, None] = {}
     aggregates = None
-    with path.open("rb") as fh:
+    with open_utf8(path) as fh:
         for _ in range(8):
             line = fh.readline(1 << 16).strip()
             if not line:

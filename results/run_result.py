@@ -26,7 +26,9 @@ from kvbudget.results.records import (
 from kvbudget.results.run_parts import REQUESTS_PART
 from kvbudget.results.said import setting_lines
 from kvbudget.workloads.counted import counted
+from kvbudget.workloads.errors import TraceError, json_refusal
 from kvbudget.workloads.max_output import MAX_TOKENS
+from kvbudget.workloads.text_files import read_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -402,8 +404,16 @@ def read_run(run_dir: Path) -> RunResult:
     _check_types(req, {**RECORD_COLUMNS, **OPTIONAL_RECORD_COLUMNS}, paths[0], pa)
     _check_types(tl, {**TIMELINE_COLUMNS, **OPTIONAL_TIMELINE_COLUMNS}, paths[1], pa)
     try:
-        summary = json.loads(paths[2].read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        text = read_text(paths[2])
+        summary = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        said = json_refusal(exc, text)
+        if said.startswith("not valid JSON ("):  # json's own words, with the line and column
+            raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
+        raise ValueError(f"{paths[2]}: line {getattr(exc, 'lineno', 1)}: {said}") from None
+    except TraceError:  # cut in a UTF-16 character: it names the file
+        raise
+    except ValueError as exc:  # not UTF-8 text
         raise ValueError(f"{paths[2]}: not valid JSON ({exc})") from None
     rec = {c: req.column(c).to_numpy(zero_copy_only=False) for c in req.column_names}
     tim = {c: tl.column(c).to_numpy(zero_copy_only=False) for c in tl.column_names}

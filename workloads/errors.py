@@ -74,8 +74,29 @@ def show(value: object) -> str:
     return repr(value)
 
 
+CUT_SHORT = "cut short (was the tool stopped while it wrote the file?)"
+"""Why a JSON document or record that ends before it is complete does: load tools write their
+result when the run ends (vLLM bench's ``json.dump``, GuideLLM's report) or a record a line as
+requests finish (AIPerf's ``profile_export.jsonl``); a run killed mid-write leaves it cut."""
+
+
 def json_problem(exc: BaseException) -> str:
     """What is wrong with a JSON document, from ``json``'s error (``msg``) or a
     ``RecursionError`` (a document nested deeper than the parser goes)."""
     msg = getattr(exc, "msg", None)
     return str(msg) if msg else "nested too deeply"
+
+
+def json_refusal(exc: BaseException, text: str) -> str:
+    """Why ``text`` is no JSON document: ``not valid JSON (what json said)``, or, for a document
+    the text ends inside of (an unterminated string runs to the end: JSON strings hold no raw
+    line end), that it was cut short; it was told "Expecting ',' delimiter" or "Unterminated
+    string", as if a character were wrong."""
+    msg = getattr(exc, "msg", None)
+    pos = getattr(exc, "pos", None)
+    if not text.strip():
+        return "not valid JSON: the file is empty"
+    if msg and pos is not None and (pos >= len(text.rstrip())
+                                    or str(msg).startswith("Unterminated string")):
+        return f"not valid JSON: the file ends inside the document, {CUT_SHORT}"
+    return f"not valid JSON ({json_problem(exc)})"

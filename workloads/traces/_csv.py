@@ -194,6 +194,8 @@ def read_csv_columns(
 
     def on_invalid(row: Any) -> str:
         text = str(row.text).rstrip("\r\n")
+        if not text.strip():  # spaces an editor left on a line of their own: a blank line
+            return "skip"
         if facts.unterminated and text == last_text and not skipped:
             skipped.append(text)
             return "skip"
@@ -327,6 +329,8 @@ def _read_strings(facts: FileFacts, kinds: Mapping[str, Kind], header: Sequence[
 
     def on_invalid(row: Any) -> str:
         text = str(row.text).rstrip("\r\n")
+        if not text.strip():  # spaces on a line of their own: a blank line
+            return "skip"
         if facts.unterminated and text == facts.last_line and not skipped:
             skipped.append(text)
             return "skip"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvbudget.workloads.errors import NO_REQUESTS, TraceError
+from kvbudget.workloads.text_files import bom_of
 
 _PEEK = 1 << 16
 SERVEGEN_CHUNK = re.compile(r"chunk-(\d+)-(trace\.csv|dataset\.json)$")
@@ -106,10 +107,22 @@ def file_facts(path: Path) -> FileFacts:
         raise TraceError(path, "is a spreadsheet workbook, not a text trace or recording: "
                          "save the sheet that lists one request a row as CSV and give that "
                          "(--column maps its column names)", line=1)
+    if head.startswith(b"\x1f\x8b") and path.name.lower().endswith((".tar.gz", ".tgz")):
+        raise TraceError(path, "is a gzip-compressed tar archive: unpack it first (tar -xzf "
+                         f"{shlex.quote(path.name)}) and give the file or folder it holds",
+                         line=1)
     for magic, kind, undo in _COMPRESSED:
         if head.startswith(magic):
             raise TraceError(path, f"is {kind}-compressed: decompress it first ({undo} "
-                             f"{path.name}) and give the file it writes", line=1)
+                             f"{shlex.quote(path.name)}) and give the file or folder it "
+                             "writes", line=1)
+    mark = bom_of(head[:4])
+    if mark is not None and mark[1] != "utf-8":  # its NULs are no binary file's
+        raise TraceError(path, f"is {mark[2]} text (its byte-order mark; Windows PowerShell 5's "
+                         "> and Out-File write so): the trace formats read UTF-8; convert it "
+                         f"(iconv -f {mark[1]} -t utf-8 {shlex.quote(path.name)} > "
+                         f"{shlex.quote(path.stem + '-utf8' + path.suffix)}) and give that",
+                         line=1)
     if b"\x00" in head[:4096]:
         raise TraceError(path, "is a binary file, not a text trace", line=1)
     head_lines = [ln for ln in head.splitlines() if ln.strip()]

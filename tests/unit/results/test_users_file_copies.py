@@ -1,0 +1,408 @@
+"""Users' copies of the load tools' result files, as they arrive after other hands: each real
+fixture (one of every tool and format) re-encoded, re-ended and damaged the ways users' copies
+are.
+
+An intact copy encoded otherwise reads exactly as the original (the same requests, figures,
+settings and load stages): a UTF-8 byte-order mark (Windows PowerShell 5's ``Set-Content
+-Encoding utf8``, Notepad's "UTF-8 with BOM", Excel's "CSV UTF-8"), UTF-16 LE or BE with its
+mark (PowerShell 5's ``>`` and ``Out-File``), CRLF line ends (git's ``core.autocrlf``, Windows
+editors), spaces and blank lines after the last line, no newline at the end. UTF-16 is said in
+one line; the others change nothing and say nothing. A vLLM bench result with the UTF-8 mark
+was refused as "holds aggregate figures, one line a run or a metric", UTF-16 copies as "a
+binary file" or "cannot be read ('utf-8' codec can't decode byte 0xff)".
+
+A damaged copy is refused in one line naming the file and the line: a JSON document or a
+JSON-lines record cut short (the tool killed while it wrote; it was told "Expecting ','
+delimiter" or "Unterminated string", as if a character were wrong), a GuideLLM YAML report
+cut at a line's end, UTF-16 cut mid-character, an empty file, an empty folder or one with no
+data file, a zip or tar.gz of a run folder. NaN and Infinity where the tools write them
+(evalscope's percentiles of a run with no success, SGLang's ``request_rate: Infinity``) are in
+the fixtures read here (tests/unit/results/test_recording_evalscope.py reads the first);
+vLLM's ``serve.py`` writes none for an empty metric (``np.mean(ttfts or 0)``, vllm 0.32.0
+``vllm/benchmarks/serve.py`` lines 753-776) and GuideLLM none at all (``model_dump(mode=
+"json")``, guidellm 0.8.1 ``benchmark/schemas/report.py`` line 109: pydantic writes NaN as
+null), so a NaN in a per-request time stays refused as damage (test_recording_damage.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+from kvbudget.results.recordings import Recording, read_recording
+from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.traces.load import load_trace
+
+TESTS = Path(__file__).resolve().parents[2]
+FIXTURES = TESTS / "fixtures" / "recordings"
+RUNS = TESTS / "fixtures" / "runs"
+SHARED = TESTS.parent / "shared"
+
+HANDMADE_RECORDS = (
+    "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s,status\n"
+    "0.0,120,16,0.05,0.31,completed\n0.4,80,12,0.04,0.22,completed\n"
+    "0.9,200,20,0.07,0.45,error\n1.3,64,8,0.03,0.15,completed\n"
+)
+"""A generic records CSV (docs/recordings.md), hand-made beside the tools' files."""
+
+KINDS: dict[str, tuple[Path, tuple[Path, ...]]] = {
+    # kind: (the file or folder, files copied beside a file: what its reader reads there)
+    "vllm-bench-json": (FIXTURES / "vllm-bench-0.32.0" / "burst05.json", ()),
+    "vllm-bench-append-jsonl": (FIXTURES / "vllm-bench-0.32.0" / "append.jsonl", ()),
+    "sglang-jsonl-infinity": (FIXTURES / "sglang-0.5.9" / "concurrency4.jsonl", ()),
+    "guidellm-json": (FIXTURES / "guidellm-0.8.1" / "benchmarks.json", ()),
+    "guidellm-yaml": (FIXTURES / "guidellm-0.8.1" / "benchmarks.yaml", ()),
+    "aiperf-jsonl": (
+        FIXTURES / "aiperf-0.13.0" / "rate8.jsonl",
+        (FIXTURES / "aiperf-0.13.0" / "rate8_aiperf.json",),
+    ),
+    "inference-perf-json": (
+        FIXTURES / "inference-perf-0.7.0" / "per_request_lifecycle_metrics.json",
+        tuple(
+            FIXTURES / "inference-perf-0.7.0" / n
+            for n in (
+                "stage_0_lifecycle_metrics.json",
+                "stage_1_lifecycle_metrics.json",
+                "summary_lifecycle_metrics.json",
+                "validation.json",
+            )
+        ),
+    ),
+    "otel-jsonl": (FIXTURES / "vllm-otel-0.32.0" / "rate8.jsonl", ()),
+    "genai-bench-folder": (FIXTURES / "genai-bench-0.0.5" / "closed", ()),
+    "evalscope-folder": (FIXTURES / "evalscope-1.14.1" / "open" / "rate_8.0_number_16", ()),
+    "kvbudget-run-parquet": (RUNS / "kvbudget-replay-vllm-0.32.0-dp2", ()),
+    "records-csv-handmade": (Path("records.csv"), ()),
+    "records-csv-measured": (
+        SHARED / "measured" / "llmservingsim_vllm019" / "RTX4090_Llama-3.1-8B" / "requests.csv",
+        (),
+    ),
+}
+DOCUMENTS = {
+    "vllm-bench-json",
+    "guidellm-json",
+    "inference-perf-json",
+    "genai-bench-folder",
+    "evalscope-folder",
+    "kvbudget-run-parquet",
+}
+"""Kinds whose text files are one JSON document each (cut anywhere: a record of JSON lines is
+cut in its last line)."""
+TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".csv")
+
+Transform = Callable[[bytes], bytes]
+
+
+def crlf(raw: bytes) -> bytes:
+    return raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+ENCODED: dict[str, Transform] = {
+    "utf-8-bom": lambda raw: b"\xef\xbb\xbf" + raw,
+    "utf-16-le": lambda raw: b"\xff\xfe" + raw.decode("utf-8").encode("utf-16-le"),
+    "utf-16-be": lambda raw: b"\xfe\xff" + raw.decode("utf-8").encode("utf-16-be"),
+    "crlf": crlf,
+    "trailing-blank-space": lambda raw: raw.rstrip() + b"  \n\n \n",
+    "no-final-newline": lambda raw: raw.rstrip(b"\r\n"),
+    "utf-16-le-crlf": lambda raw: b"\xff\xfe" + crlf(raw).decode("utf-8").encode("utf-16-le"),
+}
+SAID = {"utf-16-le": "UTF-16 LE", "utf-16-be": "UTF-16 BE", "utf-16-le-crlf": "UTF-16 LE"}
+
+
+def source(kind: str, tmp: Path) -> Path:
+    path = KINDS[kind][0]
+    if kind == "records-csv-handmade":
+        path = tmp / "handmade" / "records.csv"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(HANDMADE_RECORDS)
+    if not path.exists():
+        pytest.skip(f"{path} is not there")
+    return path
+
+
+def copy_of(kind: str, tmp: Path, change: Transform) -> Path:
+    """The kind's file (with what its reader reads beside it) or folder copied into ``tmp``,
+    ``change`` applied to every text file of it."""
+    src = source(kind, tmp)
+    out = tmp / kind
+    out.mkdir()
+    if src.is_dir():
+        shutil.copytree(src, out / src.name)
+        texts = [p for p in (out / src.name).rglob("*") if p.suffix in TEXT_SUFFIXES]
+        target = out / src.name
+    else:
+        for beside in KINDS[kind][1]:
+            shutil.copy(beside, out / beside.name)
+        shutil.copy(src, out / src.name)
+        texts = [out / src.name]
+        target = out / src.name
+    for path in texts:
+        path.write_bytes(change(path.read_bytes()))
+    return target
+
+
+def signature(rec: Recording) -> tuple[Any, ...]:
+    """Everything read, but the path: the requests, the measured figures, the counts, the
+    settings, the stages, the tool."""
+    return (
+        len(rec),
+        rec.format,
+        rec.tool,
+        sorted(rec.counts.items()),
+        rec.measured.to_csv(),
+        rec.workload.arrival_s.tolist(),
+        rec.workload.prompt_tokens.tolist(),
+        rec.workload.output_tokens.tolist(),
+        rec.workload.max_output_tokens.tolist(),
+        json.dumps(rec.config, sort_keys=True, default=str),
+        rec.stages,
+    )
+
+
+_ORIGINALS: dict[str, Recording] = {}
+
+
+def original(kind: str, tmp: Path) -> Recording:
+    if kind not in _ORIGINALS:
+        _ORIGINALS[kind] = read_recording(copy_of(kind, tmp / "original", lambda raw: raw))
+    return _ORIGINALS[kind]
+
+
+@pytest.mark.parametrize("variant", list(ENCODED))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_an_intact_copy_encoded_otherwise_reads_as_the_original(
+    tmp_path: Path, kind: str, variant: str
+) -> None:
+    (tmp_path / "original").mkdir()
+    before = original(kind, tmp_path)
+    path = copy_of(kind, tmp_path, ENCODED[variant])
+    rec = read_recording(path)
+    assert signature(rec) == signature(before)
+    said = [note for note in rec.notes if note not in before.notes]
+    if variant in SAID:
+        assert len(said) == 1, said
+        assert f"as {SAID[variant]} text (the byte-order mark" in said[0], said
+    else:
+        assert said == [], said  # the same text: nothing assumed
+
+
+def test_guidellm_csv_copies_keep_their_refusal(tmp_path: Path) -> None:
+    """The CSV report (aggregates only) is refused the same whatever its encoding: it was
+    refused as "a binary file" in UTF-16."""
+    src = FIXTURES / "guidellm-0.8.1" / "benchmarks.csv"
+    with pytest.raises(TraceError) as want:
+        read_recording(src)
+    for variant, change in ENCODED.items():
+        path = tmp_path / variant / "benchmarks.csv"
+        path.parent.mkdir()
+        path.write_bytes(change(src.read_bytes()))
+        with pytest.raises(TraceError) as got:
+            read_recording(path)
+        assert got.value.problem == want.value.problem, variant
+
+
+def cut(kind: str) -> Transform:
+    """A copy cut where a killed tool leaves it: a JSON document 60% in; JSON lines and YAML
+    inside their last line (a line a record)."""
+
+    def change(raw: bytes) -> bytes:
+        whole = raw.rstrip(b"\n")
+        last = whole.rfind(b"\n")
+        if kind in DOCUMENTS or last < 0:
+            return whole[: len(whole) * 6 // 10]
+        return whole[: last + 1 + (len(whole) - last) // 2]
+
+    return change
+
+
+CUT = [k for k in KINDS if not k.startswith("records-csv")]
+
+
+@pytest.mark.parametrize("kind", CUT)
+def test_a_copy_cut_short_is_refused_in_one_line_naming_the_file_and_line(
+    tmp_path: Path, kind: str
+) -> None:
+    path = copy_of(kind, tmp_path, cut(kind))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    text = str(info.value)
+    assert "\n" not in text
+    assert text.startswith(str(path)), text  # the file, or the file in the folder
+    assert "line " in text, text
+    assert "cut short (was the tool stopped while it wrote the file?)" in text, text
+
+
+def test_json_lines_cut_in_their_last_record_say_how_many_whole_records_are_before_it(
+    tmp_path: Path,
+) -> None:
+    """AIPerf writes a record a line as requests finish (a buffered JSON-lines writer): killed,
+    the last line is cut and the requests still in flight have none. Read up to its last
+    whole record, the run would look whole with its slowest requests missing: refused, with
+    the count a user keeps by deleting the cut line."""
+    path = copy_of("aiperf-jsonl", tmp_path, cut("aiperf-jsonl"))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.line == 22
+    assert "the file ends inside this record" in info.value.problem
+    assert "delete line 22 to read the 21 whole records before it" in info.value.problem
+
+
+def test_a_yaml_report_cut_at_a_line_end_says_it_may_be_cut(tmp_path: Path) -> None:
+    path = copy_of("guidellm-yaml", tmp_path, cut("guidellm-yaml"))
+    with pytest.raises(
+        TraceError, match="the file does not end with a line end, as a YAML report does: cut short"
+    ):
+        read_recording(path)
+
+
+def test_utf16_cut_mid_character_names_the_byte(tmp_path: Path) -> None:
+    path = copy_of("vllm-bench-json", tmp_path, lambda raw: ENCODED["utf-16-le"](raw)[:-1])
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    size = path.stat().st_size
+    assert info.value.problem == (
+        "is UTF-16 LE text (its byte-order mark) but ends in the "
+        f"middle of a character (cut short) at byte {size - 1}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "is empty (0 bytes)"),
+        (b" \n\r\n", "is empty (only blank space)"),
+        (b"\xff\xfe", "is empty (0 bytes)"),
+    ],
+)
+@pytest.mark.parametrize(
+    "name", ["burst05.json", "profile_export.jsonl", "benchmarks.yaml", "requests.csv"]
+)
+def test_an_empty_file_is_said_to_be_empty(
+    tmp_path: Path, name: str, content: bytes, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.problem.startswith(said), str(info.value)
+
+
+def test_a_folder_with_no_data_file_says_what_it_holds(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="is an empty folder: no file of a recording"):
+        read_recording(tmp_path)
+    (tmp_path / "run_0001").mkdir()
+    (tmp_path / "run_0001" / "benchmark.log").write_text("INFO started\n")
+    (tmp_path / "notes.txt").write_text("rate 8\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(tmp_path)
+    assert info.value.problem.startswith("holds no file a recording is read from"), info.value
+    assert "notes.txt, run_0001/benchmark.log" in info.value.problem
+
+
+@pytest.mark.parametrize("kind", ["kvbudget-run-parquet", "genai-bench-folder", "vllm-bench-json"])
+def test_an_archive_of_a_run_names_how_to_unpack_it(tmp_path: Path, kind: str) -> None:
+    src = KINDS[kind][0]
+    zipped = tmp_path / f"{src.name}.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for p in [src, *src.rglob("*")] if src.is_dir() else [src]:
+            z.write(p, p.relative_to(src.parent))
+    tarred = tmp_path / f"{src.name}.tar.gz"
+    with tarfile.open(tarred, "w:gz") as t:
+        t.add(src, arcname=src.name)
+    with pytest.raises(TraceError) as info:
+        read_recording(zipped)
+    assert f"is zip-compressed: decompress it first (unzip {zipped.name})" in str(info.value)
+    with pytest.raises(TraceError) as info:
+        read_recording(tarred)
+    assert (
+        f"is a gzip-compressed tar archive: unpack it first (tar -xzf {tarred.name}) and "
+        "give the file or folder it holds"
+    ) in str(info.value)
+
+
+def test_a_utf16_trace_is_refused_naming_its_encoding_not_binary(tmp_path: Path) -> None:
+    """A trace to simulate (not a recording) in UTF-16 was "a binary file, not a text trace"."""
+    path = tmp_path / "trace.csv"
+    path.write_bytes(ENCODED["utf-16-le"](b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"))
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert info.value.problem.startswith(
+        "is UTF-16 LE text (its byte-order mark; Windows PowerShell 5's > and Out-File write so)"
+    )
+    assert "iconv -f utf-16-le -t utf-8 trace.csv > trace-utf8.csv" in info.value.problem
+
+
+def test_validate_reads_a_utf16_copy_and_refuses_a_cut_one_in_one_line(tmp_path: Path) -> None:
+    """The found case end to end: vLLM bench's burst05.json through PowerShell."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    good = copy_of("vllm-bench-json", tmp_path / "a", ENCODED["utf-16-le"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "--records",
+            str(good),
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(tmp_path / "v"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "read burst05.json as UTF-16 LE text (the byte-order mark it starts with)" in " ".join(
+        res.output.split()
+    )
+    bad = copy_of("vllm-bench-json", tmp_path / "b", cut("vllm-bench-json"))
+    res = CliRunner().invoke(
+        app,
+        [
+            "validate",
+            "--records",
+            str(bad),
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(tmp_path / "w"),
+        ],
+    )
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and "line 1: not valid JSON: the file ends inside the document, cut short" in lines[0]
+    ), lines
+
+
+@pytest.mark.parametrize("version", ["0.2.1", "0.6.1", "0.8.1"])
+def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
+    tmp_path: Path, version: str
+) -> None:
+    """Still YAML, a report cut at a line's end read as a whole run with its last requests
+    gone: the 0.8.1 report cut at 90% of its lines read 16 of its 20 requests and said
+    nothing. GuideLLM's ``yaml.dump`` sorts keys, so the last benchmark's ``type_`` (after its
+    requests) and, from 0.5, the ``metadata`` after the benchmarks tell a whole report."""
+    src = FIXTURES / f"guidellm-{version}" / "constant.yaml"
+    lines = src.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "benchmarks.yaml"
+    for fraction in (0.2, 0.5, 0.9, 0.99, *((0.999,) if version == "0.8.1" else ())):
+        # 0.2-0.6 cut after the last benchmark's type_ lose keys after it (``worker``,
+        # ``warmup_duration``; 0.6's ``metadata`` beside its ``args``) unseen: left
+        keep = int(len(lines) * fraction)
+        path.write_bytes(b"".join(lines[:keep]))
+        with pytest.raises(TraceError) as info:
+            read_recording(path)
+        assert info.value.line == keep, (fraction, str(info.value))
+        assert info.value.problem.endswith(
+            "cut short (was the tool stopped while it wrote the file?)"
+        ), (fraction, info.value)
+    path.write_bytes(b"".join(lines))
+    assert len(read_recording(path)) == len(read_recording(src))
