@@ -308,15 +308,16 @@ def tool_dir_refusal(path: Path, usage: str = RECORDS_USAGE) -> str | None:
 
 
 def no_data_refusal(path: Path) -> str | None:
-    """Why a folder given as a recording with no data file in it or one folder down is none
-    (it was told "not a run directory (requests.parquet is missing)", as if one file were
-    missing), naming what it holds; None where it holds a data file. ``report``, which takes a
-    run directory, keeps its own words."""
+    """Why a folder given as a recording with no data file in it or in any folder below it is
+    none (it was told "not a run directory (requests.parquet is missing)", as if one file were
+    missing), naming what it holds in it and one folder down; None where a data file lies
+    anywhere below (a sweep's or AIPerf's profile runs' folders, named by the readers).
+    ``report``, which takes a run directory, keeps its own words."""
+    if any(p.suffix.lower() in DATA_SUFFIXES and p.is_file() for p in path.rglob("*")):
+        return None  # (the walk stops at the first)
     held = sorted(p for p in (*path.iterdir(), *path.glob("*/*")) if p.is_file())
-    if any(p.suffix.lower() in DATA_SUFFIXES for p in held):
-        return None
     kinds = ", ".join(DATA_SUFFIXES)
     if not held:
         return f"is an empty folder: no file of a recording ({kinds}) in it"
-    return (f"holds no file a recording is read from ({kinds}), in it or one folder down: it "
+    return (f"holds no file a recording is read from ({kinds}), in it or any folder below: it "
             f"has {_listed(held, path)}")

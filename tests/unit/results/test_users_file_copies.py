@@ -44,7 +44,7 @@ from kvbudget.workloads.traces.load import load_trace
 TESTS = Path(__file__).resolve().parents[2]
 FIXTURES = TESTS / "fixtures" / "recordings"
 RUNS = TESTS / "fixtures" / "runs"
-SHARED = TESTS.parent / "shared"
+SHARED = TESTS.parent.parent / "shared"  # beside the checkout, as tests/conftest.py has it
 
 HANDMADE_RECORDS = (
     "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s,status\n"
@@ -305,6 +305,13 @@ def test_a_folder_with_no_data_file_says_what_it_holds(tmp_path: Path) -> None:
         read_recording(tmp_path)
     assert info.value.problem.startswith("holds no file a recording is read from"), info.value
     assert "notes.txt, run_0001/benchmark.log" in info.value.problem
+    # a recording's file two folders down (a sweep's, AIPerf's profile_runs/run_NNNN/) is no
+    # empty folder: the readers name what is there
+    (tmp_path / "profile_runs" / "run_0001").mkdir(parents=True)
+    (tmp_path / "profile_runs" / "run_0001" / "profile_export.jsonl").write_text("{}\n")
+    with pytest.raises(TraceError) as info:
+        read_recording(tmp_path)
+    assert not info.value.problem.startswith(("holds no file", "is an empty folder")), info.value
 
 
 @pytest.mark.parametrize("kind", ["kvbudget-run-parquet", "genai-bench-folder", "vllm-bench-json"])
