@@ -7,8 +7,10 @@ benchmarks Qwen3-8B on vLLM 0.19.1 both straight to the server and through its o
 saved with ``--save-detailed``: ``experiments/2_vllm_0.19_Qwen3-8B/4_gateway_serve/
 vllm-gateway-serving-qwen3-8b-a100-detailed.json`` at 0781746d carries
 ``benchmark_target=gateway``, ``gateway_base_url=http://127.0.0.1:18000`` and
-``vllm_base_url=http://172.17.0.1:8001`` (its TTFTs 52-157 ms where the direct run beside it,
-``benchmark_target=vllm``, measured 27-72 ms). ``kvbudget validate --records`` said of it
+``vllm_base_url=http://172.17.0.1:8001`` (its TTFTs 52-157 ms; the direct run of the same
+100 requests at 5 req/s, ``experiments/1_vllm_v0.19.1_Qwen3-8B/3_direct_vllm_serve/
+vllm-direct-serving-qwen3-8b-a100-detailed.json`` at 02862f7e, ``benchmark_target=vllm``,
+measured 27-72 ms). ``kvbudget validate --records`` said of it
 "no gateway size limit (the recording's requests went straight to the server ...)", the
 opposite of what the file says; the pairs now make that line say no gateway is simulated, as
 assumed, and why the measured times hold one."""
