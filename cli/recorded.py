@@ -54,7 +54,7 @@ from kvbudget.studies.recorded_replay import (
     stage_rows,
 )
 from kvbudget.studies.validate import (
-    NO_GATEWAY_SAID,
+    no_gateway_said,
     recorded_policy,
     replay_problems,
     served_refusals,
@@ -331,8 +331,8 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
                + _engine_said(given, recorded, scenario, config.engine_for().name, scn.fitted)
                + (f"; from the recording: {', '.join(r.removeprefix('engine.') for r in shown)}"
                   if shown else "") + dp_said
-               + (f"; {NO_GATEWAY_SAID}" if straight_to_server(recording, config, policy)
-                  else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
+               + (f"; {no_gateway_said(recording)}"
+                  if straight_to_server(recording, config, policy) else "") + (f"; {SERVER_TIMED_SAID}" if server_timed else "")
                + ("; --max-output " + str(max_output) + " declared where the file has no "
                   "max_tokens" if max_output is not None else "") + tiers_said)
     typer.echo(fill(said), err=True)

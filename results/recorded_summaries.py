@@ -45,7 +45,7 @@ def _is_vllm_table_row(row: Any) -> bool:
         k in row for k in ("Tput (req/s)", "Mean TTFT (ms)", "Mean latency (ms)"))
 
 
-def _latency_summary(doc: Mapping[str, Any]) -> bool:
+def latency_summary(doc: Mapping[str, Any]) -> bool:
     """A serving-benchmark summary in vLLM's layout (SGLang's client copies it):
     ``mean_ttft_ms``, ``median_ttft_ms``, ... with ``completed`` and ``duration`` or the
     run's ``request_rate``."""
@@ -445,7 +445,7 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
                or k6_refusal(doc))
     if offline:
         return offline
-    if _latency_summary(doc):
+    if latency_summary(doc):
         return _latency_refusal(doc) + _none_completed(doc)
     runs = doc.get("experiments")
     if isinstance(runs, list) and runs and isinstance(runs[0], Mapping) and \
@@ -532,7 +532,7 @@ def summary_refusal(doc: Any) -> str | None:
             return ("is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
                     "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
                     f"{_DETAILED}")
-        if _latency_summary(first) and "input_lens" not in first:
+        if latency_summary(first) and "input_lens" not in first:
             return (f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
                     f"summary.json): aggregates only; {_DETAILED}")
     return None

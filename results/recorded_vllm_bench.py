@@ -72,7 +72,12 @@ from kvbudget.results.recorded_vllm_bench_client import (
     v0_engine_note,
 )
 from kvbudget.results.recorded_vllm_bench_peak import PEAK_KEY, recorded_peak
-from kvbudget.results.recorded_vllm_metadata import metadata_note, object_note
+from kvbudget.results.recorded_vllm_metadata import (
+    GATEWAY_KEY,
+    gateway_pairs,
+    metadata_note,
+    object_note,
+)
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.results.vllm_releases import client_release_note
 from kvbudget.workloads.errors import TraceError
@@ -980,6 +985,8 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     peaks = {lab: p for lab, (_, doc) in zip(labels, docs, strict=True)
              if (p := recorded_peak(doc)) is not None}
     config.update({PEAK_KEY: peaks} if peaks else {})  # said beside the simulated one
+    via = gateway_pairs(first)  # its --metadata's word that a gateway answered (the settings)
+    config.update({GATEWAY_KEY: via} if via else {})
     asked = outputs.max_tokens if outputs and recorded is None and max_output_rule is None \
         else None  # SGLang's output_lens are the max_tokens asked: not "realised" (unknown)
     notes.append(asked or max_tokens_note(recorded, max_output_rule))

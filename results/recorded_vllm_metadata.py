@@ -13,6 +13,7 @@ server's, which the settings line then says it ASSUMED: the note names them besi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,47 @@ def metadata_note(doc: Mapping[str, Any], read_elsewhere: frozenset[str]) -> str
     return (f"the file's --metadata {shown}: not read (kvbudget takes only max_tokens and "
             "ignore_eos from it); where they describe the server, pass them as --gpu, "
             "--tensor-parallel-size, --engine or --set fleet.num_replicas=N")
+
+
+GATEWAY_KEY = "gateway_metadata"
+"""``Recording.config``'s key for the ``--metadata`` pairs that say the requests went through a
+gateway (:func:`gateway_pairs`), a list of ``KEY=VALUE``; absent where none does."""
+
+GATEWAY_WORDS = frozenset({"gateway", "router", "proxy"})
+"""The words of a ``--metadata`` key or value that name a hop between the load tool and the
+server: an API gateway, a router in front of replicas (llm-d's, vLLM's ``vllm-router``), a
+prefill/decode proxy. github.com/dariustanrd/tokenkaki at 0781746d benchmarks Qwen3-8B on vLLM
+0.19 both ways, its results' ``--metadata`` telling which: ``benchmark_target=vllm`` and
+``base_url`` the server's, or ``benchmark_target=gateway``, ``gateway_base_url`` and
+``vllm_base_url`` (the gateway's port before the server's)."""
+
+_NOT_A_HOP = frozenset({"", "none", "null", "false", "no", "0", "off", "direct", "n/a", "na"})
+"""Values of a key naming a gateway that say there was none (``gateway=none``)."""
+
+_CLIENT_PROXY_KEYS = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
+"""The client's own proxy settings (environment variables someone saved), no hop of the
+deployment's."""
+
+
+def _words(text: str) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", text.lower()))
+
+
+def gateway_pairs(doc: Mapping[str, Any]) -> list[str]:
+    """The ``--metadata`` pairs of one result (``doc``) that say its requests went through a
+    gateway, a router or a proxy (:data:`GATEWAY_WORDS` in a key whose value does not deny it, or
+    in a value), as ``KEY=VALUE``; empty where none does. A result records no such thing of its
+    own: ``vllm bench serve`` writes its ``base_url``'s host nowhere it reads, so only a pair its
+    user added tells that the server was not answering directly."""
+    pairs = []
+    for k, v in doc.items():
+        if not isinstance(k, str) or not isinstance(v, str) or k in RESULT_TEXT_KEYS \
+                or k.lower() in _CLIENT_PROXY_KEYS:
+            continue
+        named = bool(_words(k) & GATEWAY_WORDS) and v.strip().lower() not in _NOT_A_HOP
+        if named or _words(v) & GATEWAY_WORDS:
+            pairs.append(f"{k}={v[:60]}")
+    return pairs
 
 
 READ_OBJECTS = frozenset({"server_info", "details"})

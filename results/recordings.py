@@ -115,12 +115,13 @@ from kvbudget.results.recorded_summaries import (
     csv_summary_refusal,
     html_refusal,
     is_aiperf_summary,
+    latency_summary,
     llmperf_console_refusal,
     mlperf_log_refusal,
     summary_refusal,
 )
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_console_refusal
-from kvbudget.results.recorded_vllm_bench import bench_tool, read_vllm_bench
+from kvbudget.results.recorded_vllm_bench import bench_tool, flat_details, read_vllm_bench
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
     LOAD_MODES,
@@ -190,6 +191,35 @@ def _json_lines(path: Path) -> bool:
         return False
 
 
+def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
+    """The refusal (``summary``) of a file's first JSON object (``doc``), a serving benchmark's
+    result (:func:`~kvbudget.results.recorded_summaries.latency_summary`), said of the whole
+    file where it holds one a line: how many lines it holds, counted to its end, and which of
+    them (if any) hold per-request data. Runs appended to one file (``vllm bench serve --append-result``, a
+    script's loop, SGLang's ``--output-file``) were refused as if the first were the file:
+    github.com/nerdalert/vllm-bench-automation ``vllm-benchmark-graphs/results.json`` at
+    13ee6ea5 holds 9 runs' aggregates (3 deployments at 10, 30 and inf req/s), said as one."""
+    if not latency_summary(doc) or not _json_lines(path):
+        return summary
+    num_lines, detailed = 0, []
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                return summary  # not one JSON value a line throughout: its first said only
+            num_lines += 1
+            if isinstance(value, dict) and flat_details(value).get("input_lens") is not None:
+                detailed.append(number)
+    where = ("none with per-request data" if not detailed else
+             f"line{'s' if len(detailed) > 1 else ''} {', '.join(map(str, detailed[:5]))}"
+             f"{' ...' if len(detailed) > 5 else ''} with per-request data: give "
+             f"{'them' if len(detailed) > 1 else 'it'} as a file of its own")
+    return f"holds {num_lines} JSON lines ({where}); the first line {summary}"
+
+
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
 
@@ -220,7 +250,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "genai-bench"
     summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
-        raise TraceError(path, summary)
+        raise TraceError(path, _said_of_every_line(path, doc, summary))
     sessions = (
         session_report_refusal(doc)
         or inference_perf_prometheus_refusal(doc)

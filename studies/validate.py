@@ -47,6 +47,7 @@ from kvbudget.perf.models import resolve_model_name
 from kvbudget.policies import DEFAULT_TIERS, BasePolicy, FrontDoor, TierConfig, make_policy
 from kvbudget.results.recorded_inference_perf_load import trace_cap_said
 from kvbudget.results.recorded_vllm_bench_peak import peak_said
+from kvbudget.results.recorded_vllm_metadata import GATEWAY_KEY
 from kvbudget.results.recorded_whole_answer import reader_of
 from kvbudget.results.recording import OUTSIDE_WINDOW_STATUSES
 from kvbudget.results.recordings import Recording
@@ -86,6 +87,21 @@ def recording_tiers(recording: Recording, tiers: tuple[TierConfig, ...]
 NO_GATEWAY_SAID = ("no gateway size limit (the recording's requests went straight to the "
                    "server: the default tiers' max_sequence_tokens not applied)")
 """Said where a recording is simulated as it ran with no gateway (:func:`straight_to_server`)."""
+
+
+def no_gateway_said(recording: Recording) -> str:
+    """What the settings line says of the gateway where none is simulated
+    (:func:`straight_to_server`): :data:`NO_GATEWAY_SAID`, unless the file's ``--metadata``
+    says its requests went through one (:func:`~kvbudget.results.recorded_vllm_metadata.
+    gateway_pairs`), whose limits and time no file of a load tool records: then that none is
+    simulated is said as assumed, never that the requests went straight to the server."""
+    via = recording.config.get(GATEWAY_KEY)
+    if not via:
+        return NO_GATEWAY_SAID
+    return ("no gateway (ASSUMED: the file's --metadata says its requests went through one ("
+            + ", ".join(via) + "), which the recording does not describe: the default tiers' "
+            "max_sequence_tokens not applied, and its time on each request, in the measured "
+            "TTFT and E2E, not simulated; pass --policy or --scenario to simulate a gateway)")
 
 
 def straight_to_server(recording: Recording, config: SimConfig, policy: str | None) -> bool:

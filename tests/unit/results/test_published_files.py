@@ -136,7 +136,8 @@ LLMPERF_SUMMARY = {"version": "2023-08-31", "name": "llama2-70b-4096_550_150_sum
 
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("online.jsonl", json.dumps(SGLANG_LINE) + "\n" + json.dumps(SGLANG_LINE) + "\n",
-     "is an SGLang bench_serving result without per-request data"),
+     "holds 2 JSON lines (none with per-request data); the first line is an SGLang "
+     "bench_serving result without per-request data"),
     # said of the whole file, one sentence after its path: it read "FILE: field 'input_lens':
     # is a vLLM ...", the file's description put to a field it lacks
     ("serving.json", json.dumps(VLLM_SUMMARY),
