@@ -64,6 +64,7 @@ from kvbudget.results.recorded_summaries import (
 from kvbudget.results.recorded_vllm_bench_client import (
     async_scheduling_note,
     chat_template_note,
+    client_backend,
     first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
@@ -736,6 +737,8 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                       ("max_tokens", "max_tokens")):
         if first.get(key) is not None:
             config[name] = first[key]
+    if "backend" not in config and client_backend(first) is not None:
+        config["backend"] = client_backend(first)  # vLLM 0.10's endpoint_type
     server_model = dig(first, "server_info", "model_path") or pd_model_path(first)
     if "model" not in config and isinstance(server_model, str):
         config["model"] = server_model
