@@ -378,7 +378,17 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
     burst = float(doc.get("burstiness") or 1.0)
     conc = doc.get("max_concurrency")
     intended = np.zeros(n)
-    if math.isfinite(rate_f) and rate_f > 0:
+    ramp = ramp_rates(doc, n)
+    if ramp is not None:
+        rng = np.random.default_rng(np.random.SeedSequence(seed))
+        gaps = rng.gamma(shape=burst, scale=1.0 / (ramp * burst))
+        gaps[0] = 0.0
+        intended = np.cumsum(gaps)
+        notes.append(f"no start_times in the file: arrivals redrawn along its ramp-up "
+                     f"{doc['ramp_up_strategy']} from {ramp[0]:g} to {ramp[-1]:g} req/s (request "
+                     f"i's gap at the rate vLLM's client gives it, i/{max(n - 1, 1)} of the way; "
+                     f"gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
+    elif math.isfinite(rate_f) and rate_f > 0:
         rng = np.random.default_rng(np.random.SeedSequence(seed))
         gaps = rng.gamma(shape=burst, scale=1.0 / (rate_f * burst), size=n)
         gaps[0] = 0.0
@@ -398,10 +408,29 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
         notes.append(f"no start_times in the file: a request starts when one of the "
                      f"max_concurrency={conc} before it finishes (from the measured latencies)")
         return intended, start
-    if not math.isfinite(rate_f):
+    if not math.isfinite(rate_f) and ramp is None:
         notes.append("no start_times in the file and request_rate inf: every request arrives "
                      "at 0")
     return intended, intended
+
+
+def ramp_rates(doc: Mapping[str, Any], n: int) -> FloatArray | None:
+    """Each request's rate on a ramp-up run (None: no ramp), as vLLM's client sets it before
+    drawing the request's gap: ``_get_current_request_rate`` (vllm/benchmarks/serve.py, 0.9.2
+    to 0.32.0), ``progress = i / max(n - 1, 1)``, ``start + (end - start) * progress`` (linear)
+    or ``start * (end / start) ** progress`` (exponential); with no normalisation of the sum,
+    which ``get_request`` does for a fixed rate only. The file's fields were checked by
+    :func:`_ramp`."""
+    strategy = doc.get("ramp_up_strategy")
+    if strategy is None:
+        return None
+    start, end = float(doc["ramp_up_start_rps"]), float(doc["ramp_up_end_rps"])
+    progress = np.arange(n) / max(n - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    if start <= 0:  # vLLM refuses an exponential ramp from 0
+        return np.zeros(n)
+    return start * (end / start) ** progress
 
 
 def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -> float:
@@ -528,11 +557,11 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         sent = sent - float(arrival.min())
         arrival = arrival - float(arrival.min())
     else:
-        if stage.label:  # a ramp-up: bench_arrivals draws a constant rate
-            raise TraceError(path, f"missing or with gaps in a {stage.label} run: its send "
-                             "times cannot be reconstructed (they follow the ramp); a vllm "
-                             "bench serve that saves start_times records them",
-                             **_where(line, "start_times"))
+        ramp = ramp_rates(doc, n)
+        if ramp is not None and not (ramp > 0).all():  # vLLM's client divides by the rate
+            raise TraceError(path, f"a {stage.label} run has a request at rate 0, which vllm "
+                             "bench serve cannot send (its gap is 1 / rate)",
+                             **_where(line, "ramp_up_start_rps"))
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []

@@ -160,8 +160,42 @@ def test_the_failed_count_tells_0_11_0_from_later_clients(tmp_path: Path) -> Non
     assert "older than vLLM 0.11.1" in older[0] and "it sets" not in older[0]
 
 
-def test_a_0_10_2_ramp_up_without_start_times_is_refused_naming_the_field() -> None:
+def test_a_0_10_2_ramp_up_without_start_times_is_read_along_its_ramp() -> None:
+    # it was refused ("its send times cannot be reconstructed"): every ramp-up file of vLLM
+    # 0.9.2 to 0.14.x, which save no start_times
+    doc = json.loads((OLD / "rampup.json").read_text())
+    assert doc["ramp_up_strategy"] == "linear" and doc["request_rate"] == "inf"
+    rec = read_recording(OLD / "rampup.json")
+    assert rec.stages == (
+        RecordedStage("ramp-up linear 2 to 12 req/s", "open", None, None, send_times="redrawn"),
+    )
+    said = [n for n in rec.notes if n.startswith("no start_times in the file")]
+    assert len(said) == 1 and "along its ramp-up linear from 2 to 12 req/s" in said[0]
+    assert not any("every request arrives at 0" in n for n in rec.notes)
+    arrival = np.sort(rec.workload.arrival_s)
+    assert arrival[0] == 0.0 and (np.diff(arrival) > 0).all()
+
+
+@pytest.mark.parametrize("strategy", ["linear", "exponential"])
+def test_a_long_ramp_ups_redrawn_gaps_follow_vllms_rates(tmp_path: Path, strategy: str) -> None:
+    # 2,000 requests from 2 to 12 req/s: the first 200 gaps average about 1/2 s and the last
+    # 200 about 1/12 s (vLLM's _get_current_request_rate, i / (n - 1) of the way), where a
+    # constant rate's would not change
+    doc = json.loads((OLD / "rampup.json").read_text())
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        doc[key] = doc[key] * 100
+    rec = read_recording(write(tmp_path, doc | {"ramp_up_strategy": strategy}))
+    gaps = np.diff(rec.workload.arrival_s[np.argsort(rec.workload.request_id)])
+    first, last = float(gaps[:200].mean()), float(gaps[-200:].mean())
+    start_rate = 2 * (12 / 2) ** (100 / 1999) if strategy == "exponential" else 2 + 10 * 100 / 1999
+    assert abs(first * start_rate - 1) < 0.25
+    assert abs(last * 12 - 1) < 0.25
+
+
+def test_a_ramp_up_from_rate_0_is_refused_naming_the_field(tmp_path: Path) -> None:
+    # vLLM's client draws each gap with scale 1 / rate: a linear ramp from 0 cannot be sent
+    doc = json.loads((OLD / "rampup.json").read_text()) | {"ramp_up_start_rps": 0}
     with pytest.raises(TraceError) as err:
-        read_recording(OLD / "rampup.json")
-    assert err.value.field == "start_times"
-    assert "ramp-up linear 2 to 12 req/s" in str(err.value)
+        read_recording(write(tmp_path, doc))
+    assert err.value.field == "ramp_up_start_rps"
+    assert "ramp-up linear 0 to 12 req/s run has a request at rate 0" in str(err.value)
