@@ -1291,7 +1291,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
