@@ -1020,7 +1020,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
     notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
-                             first_prompt_note(tool), async_scheduling_note(first, tool),
+                             first_prompt_note(tool, first), async_scheduling_note(first, tool),
                              v0_engine_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              _sglang_chat_note(first),

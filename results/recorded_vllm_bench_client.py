@@ -134,15 +134,21 @@ def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
     return np.where(counts > 0, ttft + first, ttft)
 
 
-def first_prompt_note(tool: str) -> str | None:
+def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | None:
     """``vllm bench serve`` sends the run's first request before the run: its readiness check
     (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
     and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
-    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0)."""
+    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0). A file
+    with no ``backend`` (vLLM 0.10 or earlier, :func:`client_backend`) had no way round it:
+    0.10.2 always runs the check (a timeout of 0 fails the run, "Initial test run failed": the
+    ``if ready_check_timeout_sec > 0`` came in 0.11.0) and has no ``--num-warmups`` (0.12.0)."""
     if tool != "vllm bench serve":
         return None
-    return ("vllm bench serve sent each run's first prompt before the run (its readiness check, "
-            "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up; none of them "
+    how = ("its readiness check, unless --ready-check-timeout-sec 0, and each --num-warmups "
+           "warm-up" if doc is None or "backend" in doc or "endpoint_type" not in doc else
+           "its readiness check, which vLLM 0.10 and earlier always sent (no backend field: "
+           "such a client)")
+    return (f"vllm bench serve sent each run's first prompt before the run ({how}; none of them "
             "in the file): a server with prefix caching on, vLLM's default since 0.8.0, had "
             "that prompt cached, so the first request's recorded TTFT is a cache hit's, where the "
             "simulation prefills it whole")

@@ -199,3 +199,22 @@ def test_a_ramp_up_from_rate_0_is_refused_naming_the_field(tmp_path: Path) -> No
         read_recording(write(tmp_path, doc))
     assert err.value.field == "ramp_up_start_rps"
     assert "ramp-up linear 0 to 12 req/s run has a request at rate 0" in str(err.value)
+
+
+def test_a_0_10_2_files_first_prompt_is_said_without_options_it_lacked() -> None:
+    # 0.10.2 always sends the readiness check (a --ready-check-timeout-sec 0 fails the run) and
+    # has no --num-warmups: the note named both as if the run could have skipped or added them
+    said = [
+        n
+        for n in read_recording(OLD / "rate8.json").notes
+        if n.startswith("vllm bench serve sent each run's first prompt")
+    ]
+    assert len(said) == 1
+    assert "which vLLM 0.10 and earlier always sent" in said[0]
+    assert "--num-warmups" not in said[0] and "--ready-check-timeout-sec" not in said[0]
+    new = [
+        n
+        for n in read_recording(NEW / "rate8.json").notes
+        if n.startswith("vllm bench serve sent each run's first prompt")
+    ]
+    assert "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up" in new[0]
