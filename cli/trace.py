@@ -259,10 +259,15 @@ def _convert_recording(file: Path, out: Path, fmt: str, trace_args: TraceArgs,
     save_workload(rec.workload, out)
     due = any(_holds_due(rec, st) for st in rec.stages)
     sender = "its clients" if fmt == "run" else "the tool"  # a kvbudget serve directory's
+    if any(_sends_drawn(rec, st) for st in rec.stages):
+        held = ("the requests at send times rebuilt from each stage's rate, cap and latencies "
+                "(the file records none: see the notes)"
+                + ("; a capped stage's when each was due, below" if due else ""))
+    else:
+        held = (f"the requests as {sender} offered them (a capped stage's when each was due, "
+                f"below)" if due else f"the requests as {sender} sent them") + ", on its clock"
     print(f"wrote {counted(len(rec.workload), 'request')} of {file} "
-          f"({'kvbudget serve' if fmt == 'run' else rec.tool}) to {out}: "
-          + (f"the requests as {sender} offered them (a capped stage's when each was due, "
-             f"below)" if due else f"the requests as {sender} sent them") + ", on its clock")
+          f"({'kvbudget serve' if fmt == 'run' else rec.tool}) to {out}: {held}")
     for line in _recording_said(rec, out):
         print(fill(line), file=sys.stderr)
 
@@ -285,7 +290,7 @@ def _recording_said(rec: "Recording", out: Path) -> list[str]:
             users = counted(st.max_concurrency or 1, "user")
             lines.append(
                 f"warning: stage {label} was a {load_words(st)}: {out} holds its requests at "
-                "their recorded sends, which a simulation of it replays open loop (a slower "
+                f"{_sends(rec, st)}, which a simulation of it replays open loop (a slower "
                 "simulated server does not hold the next send back, and --rate-scale scales "
                 f"those sends, not the users); --users {st.max_concurrency} simulates {users} "
                 "sending its requests in turn")
@@ -353,18 +358,32 @@ def _full(rec: "Recording", stage: "RecordedStage") -> bool:
     return cap_reached(sent, end, stage.max_concurrency)
 
 
+def _sends_drawn(rec: "Recording", stage: "RecordedStage") -> bool:
+    """Whether ``stage``'s sends were drawn again, not read: a ``vllm bench serve`` result
+    without ``start_times`` (vLLM before 0.15.0, :func:`kvbudget.results.recorded_vllm_bench.
+    bench_arrivals`); inference-perf's ``redrawn`` stages draw only the due times again, their
+    sends recorded."""
+    return stage.send_times == "redrawn" and rec.format == "vllm-bench"
+
+
+def _sends(rec: "Recording", stage: "RecordedStage") -> str:
+    return "their rebuilt sends" if _sends_drawn(rec, stage) else "their recorded sends"
+
+
 def _capped_times(rec: "Recording", stage: "RecordedStage") -> str:
-    """Which times the converted trace holds for a capped ``stage``, exactly: its recorded
-    sends, or due times that far from them, and whether any request waited for a slot."""
+    """Which times the converted trace holds for a capped ``stage``, exactly: its sends
+    (recorded, or drawn again), or due times that far from them, and whether any request waited
+    for a slot."""
+    sends = _sends(rec, stage)
     if not _holds_due(rec, stage):
-        return "their recorded sends"
+        return sends
     lag_ms = _lag_s(rec, stage) * 1e3
     median = float(np.median(lag_ms))
     side = "before" if median >= 0 else "after"
-    far = (f"{abs(median):.3g} ms {side} their recorded sends (median; at most "
+    far = (f"{abs(median):.3g} ms {side} {sends} (median; at most "
            f"{float(np.max(np.abs(lag_ms))):.3g} ms)")
     if _held_back(rec, stage):
-        return (f"the times they were due, not their recorded sends (its "
+        return (f"the times they were due, not {sends} (its "
                 f"{stage.max_concurrency} slots were all busy at times, and a request due then "
                 f"was sent when one freed): {far}")
     return (f"the times they were due, {far}: its {stage.max_concurrency} slots were never all "

