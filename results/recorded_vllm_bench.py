@@ -273,6 +273,48 @@ def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     return np.where(silent, 1.0, output), np.where(silent, np.nan, ttft)
 
 
+def _reasonless_failures(path: Path, doc: Mapping[str, Any], line: int | None,
+                         measured: tuple[FloatArray, FloatArray, FloatArray],
+                         failed: np.ndarray[Any, np.dtype[np.bool_]],
+                         notes: list[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """``failed`` with the requests that failed with an empty error. The client saves a failed
+    HTTP answer's error as its reason phrase, ``""`` where the server sent none (0.32.0
+    vllm/benchmarks/lib/endpoint_request_func.py ``output.error = response.reason or ""``;
+    SGLang's bench_serving the same), beside ``output_lens`` 0, ``ttfts`` 0.0 and no
+    inter-token time: as a request that completed without a word (:func:`_silent`). The run's
+    ``completed`` (its successes, ``calculate_metrics``) tells how many there are: where as
+    many requests have no output as that count leaves unexplained, they are those; where some
+    but not as many, which failed cannot be told, and the file is refused rather than read
+    with failures as completions; where none, the count disagrees for another reason (said)."""
+    completed, n = doc.get("completed"), len(failed)
+    if not isinstance(completed, int) or isinstance(completed, bool) or not 0 <= completed <= n:
+        return failed
+    unexplained = n - completed - int(failed.sum())
+    if unexplained <= 0:
+        return failed
+    output, ttft, itl_count = measured
+    with np.errstate(invalid="ignore"):
+        silent = ~failed & (output == 0) & (ttft == 0) & (itl_count == 0)
+    where = "" if line is None else f"line {line}: "
+    if not silent.any():  # none can be such a failure: the counts disagree for another reason
+        notes.append(f"{where}completed is {completed} of {n} requests, but {n - int(failed.sum())} "
+                     "have no error and every one of them an answer: read as the lists give "
+                     "them, not as the count")
+        return failed
+    if int(silent.sum()) != unexplained:
+        raise TraceError(path, f"completed is {completed} of {n} requests, {int(failed.sum())} "
+                         f"with an error, so {unexplained} failed with an empty one (the "
+                         "client saves a failed HTTP answer's reason phrase, empty where the "
+                         f"server sent none), but {int(silent.sum())} requests have no output: "
+                         "which failed cannot be told", **_where(line, "errors"))
+    notes.append(f"{where}{unexplained} requests with an empty error and no output failed "
+                 f"(completed is {completed} of {n}: the client saves a failed HTTP answer's "
+                 "reason phrase as its error, empty where the server sent none): read as "
+                 "failed, not as answers without a word")
+    out: np.ndarray[Any, np.dtype[np.bool_]] = failed | silent
+    return out
+
+
 def _refuse_unstreamed(path: Path, output: FloatArray, itl_count: FloatArray,
                       failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None) -> None:
     """A run that did not stream: no completed request of several tokens has an inter-token
@@ -534,6 +576,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     failed = np.array([bool(e) for e in errors], dtype=bool)
     ttft, itl_sum, itl_mean, itl_count = _itls(path, doc, line, output, ttft, failed, notes)
     output = _streamed(output, ttft, itl_count, failed, line, notes)
+    failed = _reasonless_failures(path, doc, line, (output, ttft, itl_count), failed, notes)
     output, ttft = _silent(output, ttft, itl_count, failed, line, notes)
     _refuse_unstreamed(path, output, itl_count, failed, line)
     where = "" if line is None else f"line {line}: "

@@ -247,6 +247,41 @@ def test_requests_completed_without_a_word_are_simulated(tmp_path: Path) -> None
     assert any("2 requests completed without a word" in n for n in rec.notes)
 
 
+# A failed HTTP answer whose reason phrase is empty is saved with error "" beside output_lens
+# 0 and ttfts 0.0, as a request that completed without a word; the run's completed count
+# tells them apart (vllm/benchmarks/lib/endpoint_request_func.py: response.reason or "").
+def test_failures_saved_with_an_empty_error_are_failures_by_the_completed_count(
+        tmp_path: Path) -> None:
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "concurrency4.json").read_text())
+    n = len(doc["input_lens"])
+    for i in (1, 5):
+        doc["output_lens"][i], doc["ttfts"][i], doc["itls"][i] = 0, 0.0, []
+        doc["generated_texts"][i] = ""
+    doc["completed"], doc["failed"] = n - 2, 2
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.counts["num_failed"] == 2
+    assert rec.counts["num_measured"] == n - 2
+    assert not any("completed without a word" in note for note in rec.notes)
+    assert any("2 requests with an empty error and no output failed" in note
+               for note in rec.notes)
+    # one of the two failed, the other completed without a word: which cannot be told
+    doc["completed"], doc["failed"] = n - 1, 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError, match=r"1 failed with an empty one .* 2 requests have no "
+                       r"output: which failed cannot be told"):
+        read_recording(path)
+    # a count that disagrees where no request lacks an answer: read as listed, said
+    doc = json.loads((FIXTURES / "vllm-bench-0.32.0" / "concurrency4.json").read_text())
+    doc["completed"] = n - 1
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.counts.get("num_failed", 0) == 0
+    assert any(f"completed is {n - 1} of {n} requests, but {n} have no error" in note
+               for note in rec.notes)
+
+
 def test_guidellm_0_8_prefix_buckets_in_the_spec_are_read(tmp_path: Path) -> None:
     # GuideLLM 0.7+ keeps the data settings as config.spec.data (prefix_buckets resolved from
     # --data ...,prefix_tokens=N); made here from the 0.8.1 fixture the real tool wrote, its
