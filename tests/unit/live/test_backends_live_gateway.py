@@ -73,9 +73,12 @@ class FakeState:
     die_after_completions: int | None = None  # the server crashes after its N-th [DONE]
     on_die: Any = None  # what crashing does (set by the fixture: reset streams, close)
     # a stream sends its next token only once gate() holds (tests sequence the fake by events,
-    # never by timers); every wait is bounded by GATE_WAIT_S and ends at teardown (release)
+    # never by timers); the waits end at teardown (release) and, all together, after
+    # GATE_WAIT_S: a gate that never opens (the behaviour under test broke) opens for good then,
+    # so the test fails on its assertions instead of waiting GATE_WAIT_S for every token
     gate: Any = None
     release: threading.Event = field(default_factory=threading.Event)
+    gate_expired: threading.Event = field(default_factory=threading.Event)
     # a stream that asks for at least this many tokens sends one, then only SSE comments
     # (which a client ignores) until the client leaves or the test ends: it never finishes
     endless_min_tokens: int | None = None
@@ -83,7 +86,9 @@ class FakeState:
     def wait_for_gate(self) -> None:
         deadline = time.monotonic() + GATE_WAIT_S
         while (self.gate is not None and not self.gate() and not self.release.is_set()
-               and time.monotonic() < deadline):
+               and not self.gate_expired.is_set()):
+            if time.monotonic() >= deadline:
+                self.gate_expired.set()
             self.release.wait(0.005)
 
     def kv_tokens(self) -> int:
@@ -514,11 +519,29 @@ def test_too_large_and_over_the_context_as_vllm_answers(fake: Fake, tmp_path: Pa
     assert f"<li>{html.escape(out.summary['said'][0])} " in listed
 
 
+def written_rows(part: Path) -> list[dict[str, Any]]:
+    """The rows a running replay has written to a run directory's ``part`` so far (its complete
+    lines only: the replay may be writing the next one); an event a fake's gate can wait on."""
+    try:
+        text = part.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line]  # last: '' or unended
+
+
+def _row_written(run: Path, request_id: int) -> bool:
+    return any(row["request_id"] == request_id for row in written_rows(run / REQUESTS_PART))
+
+
 def test_interactive_deadline_expires_at_the_gateway(fake: Fake, tmp_path: Path) -> None:
     fake.state.token_s = 0.01
+    # the two running streams send no token until request 2's row is written: it waits at the
+    # gateway past its deadline on any machine (finishing them first would let it in)
+    run = tmp_path / "run"
+    fake.state.gate = lambda: _row_written(run, 2)
     w = from_columns([0.0, 0.0, 0.01], [100, 100, 100], [40, 40, 40], tiers=["batch"] * 3,
                      deadline_s=[np.nan, np.nan, 0.15])
-    out = _replay(fake, w, "conservative", tmp_path / "run")
+    out = _replay(fake, w, "conservative", run)
     rec = out.records.set_index("request_id")
     assert rec.loc[0, "status"] == "completed" and rec.loc[1, "status"] == "completed"
     assert rec.loc[2, "status"] == "expired" and rec.loc[2, "reason"] == "deadline"
@@ -549,7 +572,11 @@ def test_lease_expiry_cancels_the_stream(fake: Fake, tmp_path: Path) -> None:
 
 def test_preemptive_cancels_batch_streams(fake: Fake, tmp_path: Path) -> None:
     fake.state.token_s = 0.01
-    # two long batch requests fill the budget; an interactive one arrives and revokes one
+    # two long batch requests fill the budget; an interactive one arrives and revokes one. The
+    # fake sends no token until the interactive request reaches it, which it can only do once
+    # a batch lease is revoked (no batch can finish and free room first: its tokens are held):
+    # the revocation happens on any machine, whatever the token times and the 0.1 s arrival
+    fake.state.gate = lambda: any(b["max_tokens"] == 10 for b in fake.state.bodies)
     w = from_columns([0.0, 0.0, 0.1], [100, 100, 100], [40, 40, 10],
                      tiers=["batch", "batch", "interactive"])
     out = _replay(fake, w, "preemptive", tmp_path / "run", overcommit_ratio=1.0)
@@ -557,8 +584,21 @@ def test_preemptive_cancels_batch_streams(fake: Fake, tmp_path: Path) -> None:
     assert out.complete and (rec["status"] == "completed").all()
     assert rec["num_preemptions"].sum() >= 1
     assert out.summary["engine"]["num_gateway_revocations"] >= 1
-    assert fake.state.disconnects >= 1 or len(fake.state.bodies) >= 4
-    assert len(fake.state.bodies) >= 4  # the revoked request was streamed again
+    revoked = [int(r) for r in rec.index[rec["num_preemptions"] >= 1]]
+    assert revoked and (rec.loc[revoked, "tier"] == "batch").all()
+    prompts = [b["prompt"] for b in fake.state.bodies]
+    let_in = next(i for i, b in enumerate(fake.state.bodies) if b["max_tokens"] == 10)
+    for r in revoked:
+        prompt = prompt_token_ids(r, 100, 0, (10, 250))
+        # streamed again once the interactive request was in (whether its first attempt had
+        # reached the server before the revocation is the machine's speed: on a loaded one it
+        # had not, and the server saw no first attempt to cut)
+        assert prompt in prompts[let_in + 1:]
+        if prompt in prompts[:let_in]:  # that first attempt was cut: the server noticed
+            deadline = time.monotonic() + 5
+            while fake.state.disconnects < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # it notices the closed connection at its next write
+            assert fake.state.disconnects >= 1
 
 
 def test_server_dying_keeps_finished_rows_and_resumes(fake: Fake, tmp_path: Path) -> None:

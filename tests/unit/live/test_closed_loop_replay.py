@@ -15,6 +15,7 @@ import pytest
 from kvbudget.live.openai_client import ServerTarget
 from kvbudget.live.replay import ReplayConfig, ReplayMeta, replay
 from kvbudget.live.replay_ticks import TickedUsers
+from kvbudget.live.run_dir import TIMELINE_PART
 from kvbudget.policies import BATCH, INTERACTIVE, make_policy
 from kvbudget.results.recordings import read_recording
 from kvbudget.studies.recorded_replay import stage_plans
@@ -26,6 +27,7 @@ from tests.unit.live.test_backends_live_gateway import (  # noqa: F401 (the fixt
     Fake,
     _workload,
     fake,
+    written_rows,
 )
 
 
@@ -59,6 +61,12 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
     # after a slot frees (a tick finding both slots busy is skipped); the live replay refused
     # it, and sending as a slot frees would send before the tick
     fake.state.token_s = 0.01
+    # the first two streams send no token until the replay's clock has passed 0.12 s (its
+    # timeline says so): both slots stay busy across the ticks at 0.05 and 0.1 s, which are
+    # skipped on any machine, whatever the token time
+    run = tmp_path / "run"
+    fake.state.gate = lambda: any(row["time_s"] >= 0.12
+                                  for row in written_rows(run / TIMELINE_PART))
     seen: dict[int, float] = {}
     ended = TickedUsers.ended
 
@@ -83,7 +91,7 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
                           closed_loop=loop, seed=3)
     meta = ReplayMeta(trace="test", policy="unlimited", policy_params={}, time_scale=1.0,
                       seed=3, url=fake.url)
-    out = replay(w, make_policy("unlimited"), config, tmp_path / "run", meta=meta)
+    out = replay(w, make_policy("unlimited"), config, run, meta=meta)
     assert out.complete and not out.error
     rec = out.records.sort_values("request_id")
     arrival = rec["arrival_s"].to_numpy()
@@ -112,7 +120,8 @@ def test_a_loop_paced_by_ticks_sends_each_request_at_a_tick_a_busy_tick_skipped(
     # there), so a time may be taken as often as the schedule holds it, never more
     schedule = Counter(ticks.times)
     assert all(n <= schedule[t] for t, n in Counter(took).items()), (took, ticks.times)
-    # each 120 ms request holds its slot across ticks 50 ms apart: some ticks were skipped
+    # the first two requests held their slots across the ticks at 0.05 and 0.1 s (the gate):
+    # those were skipped, so the last rows take ticks past the recording's
     assert any(t not in first for t in took) and sorted(took) == took
 
 

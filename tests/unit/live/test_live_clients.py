@@ -21,6 +21,7 @@ from kvbudget.policies import INTERACTIVE, TierConfig, make_policy
 from kvbudget.policies.clients import OPENAI_SDK, client_model
 from kvbudget.results.run_result import read_run
 from kvbudget.workloads import from_columns
+from tests.unit.live.test_backends_live_gateway import GATE_WAIT_S
 
 BATCH = TierConfig("batch", priority=1, queue_timeout_s=600.0, retryable_on_overload=True,
                    ttft_s=60.0, tpot_s=1.0)
@@ -33,7 +34,10 @@ class _State:
     refusal_message: str = "slow down"
     retry_after: str = "1"
     token_s: float = 0.001
-    stall_s: float = 0.0  # a first token this late (a client timeout test)
+    # no first token until the test ends (release): a client timeout or a lease fires first
+    # on any machine, where a first token some seconds late raced their timers
+    stall: bool = False
+    release: threading.Event = field(default_factory=threading.Event)
     posts: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -76,8 +80,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         try:
-            if st.stall_s:
-                time.sleep(st.stall_s)
+            if st.stall:
+                st.release.wait(GATE_WAIT_S)
             for k in range(1, n + 1):
                 time.sleep(st.token_s)
                 chunk = {"choices": [{"index": 0, "text": "a",
@@ -108,6 +112,7 @@ def server() -> Iterator[tuple[_State, str]]:
     thread.start()
     host, port = srv.server_address[:2]
     yield state, f"http://{host!s}:{port}"
+    state.release.set()
     srv.shutdown()
     srv.server_close()
     thread.join(timeout=5)
@@ -189,7 +194,7 @@ def test_a_refusal_of_the_request_as_sent_is_not_retried(
 def test_client_timeout_cancels_the_stream(server: tuple[_State, str], tmp_path: Path) -> None:
     state, url = server
     state.refusals = 0
-    state.stall_s = 3.0
+    state.stall = True
     _replay(url, tmp_path / "run", (), timeout_s=[0.3])
     run = read_run(tmp_path / "run")
     assert run.records.status.tolist() == ["client_timeout"]
@@ -269,7 +274,7 @@ def test_replay_takes_the_scenarios_lease_ttl(server: tuple[_State, str], tmp_pa
 
     state, url = server
     state.refusals = 0
-    state.stall_s = 2.0  # the first token long after the lease's 0.3 s
+    state.stall = True  # no first token before the lease's 0.3 s are up
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"arrival_s": 0, "prompt_tokens": 8, "output_tokens": 4,
                                  "max_output_tokens": 4}) + "\n")
