@@ -36,11 +36,14 @@ TIERS = (TierConfig("chat", max_sequence_tokens=2048, queue_timeout_s=5.0),
 
 
 def _serve_two(out: Path) -> None:
-    """Two requests through ``serve`` (capacity 100 tokens, prompts counted as bytes + 16): the
-    first holds 78 tokens at the fake; the second, sent with a deadline of 0, finds no room
-    and is refused at once; then the first ends and the gateway is stopped (SIGTERM)."""
+    """Two requests through ``serve`` (capacity 2,100 tokens, prompts counted as bytes + 16):
+    the first holds 2,018 tokens at the fake; the second, sent with a deadline of 0, finds no
+    room and is refused at once; then the first ends (2,000 tokens) and the gateway is stopped
+    (SIGTERM). The first's 2,000 tokens take the simulated H100 about 13 s, so it still holds
+    its reservation at the second's recorded arrival however slowly this machine sent it (with
+    3 tokens, ~30 ms: a loaded machine sent the second later and the simulation admitted it)."""
     async def main() -> None:
-        fake = FakeUpstream(hold="headers")
+        fake = FakeUpstream(hold="headers", num_tokens=2000)
         async with serving(fake.app()) as up:
             ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -50,12 +53,12 @@ def _serve_two(out: Path) -> None:
 
             settings = ServeSettings(
                 tiers=TIERS, new_policy=lambda: make_policy("conservative", {}),
-                upstream=UpstreamOptions((up,)), capacity_tokens=100, out=out,
+                upstream=UpstreamOptions((up,)), capacity_tokens=2100, out=out,
                 config=ServeConfig(count_tokens="bytes", trust_tier_header=True,
                                    default_tier="chat"), port=0, drain_timeout_s=5.0)
             served = asyncio.create_task(serve(settings, announce))
             url = await asyncio.wait_for(ready, 30)
-            body = {"model": "fake", "prompt": "hi", "max_tokens": 60, "stream": True}
+            body = {"model": "fake", "prompt": "hi", "max_tokens": 2000, "stream": True}
             async with httpx.AsyncClient(timeout=30) as client:
                 first = asyncio.create_task(client.post(url + "/v1/completions", json=body))
                 await until(lambda: len(fake.received) == 1, lambda: fake.changed)
