@@ -71,6 +71,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     role_chunk,
     scaled_sends,
     server_metrics_note,
+    text_chunks_note,
     v0_engine_note,
 )
 from kvbudget.results.recorded_vllm_bench_peak import PEAK_KEY, recorded_peak
@@ -1097,7 +1098,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
                              first_prompt_note(tool, first), async_scheduling_note(first, tool),
-                             v0_engine_note(first, tool)) if n)
+                             v0_engine_note(first, tool), text_chunks_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              _sglang_chat_note(first),
                              sweep_server(first)[1],

@@ -380,3 +380,31 @@ def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) 
     return tuple(n for n in notes
                  if (vllm or (V0_NOTE_SAID not in n and RELEASE_NOTE_SAID not in n))
                  and ((vllm and async_scheduling) or ASYNC_NOTE_SAID not in n))
+
+
+TEXT_CHUNKS_BEFORE = "20250127"
+"""vLLM 0.7.0's PyPI upload (vllm-0.7.0.tar.gz, 27 January 2025): its benchmarks/
+backend_request_func.py times every completions chunk with ``choices`` ("text could be empty
+here") and keeps the server's ``usage.completion_tokens``; 0.6.6.post1's (27 December 2024)
+times only chunks whose ``choices[0]["text"]`` is not empty, and its ``calculate_metrics``
+counts each answer by retokenizing ``generated_text`` (PyPI sdists)."""
+
+
+def text_chunks_note(doc: Mapping[str, Any], tool: str) -> str | None:
+    """A benchmarks/benchmark_serving.py file (:data:`BENCHMARK_SERVING`) dated before
+    :data:`TEXT_CHUNKS_BEFORE`, whose client was therefore older than vLLM 0.7.0: its times are
+    those of the chunks that carried text, and its ``output_lens`` its own count of the text.
+    One dated later cannot be told from a 0.7 or later script (the same keys): read as those."""
+    date = doc.get("date")
+    if tool != "vllm bench serve" or client_generation(doc) != BENCHMARK_SERVING or \
+            not isinstance(date, str) or not re.fullmatch(r"\d{8}-\d{6}", date) or \
+            date[:8] >= TEXT_CHUNKS_BEFORE:
+        return None
+    day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+    return (f"benchmarks/benchmark_serving.py dated {day}, before vLLM 0.7.0 (January 2025): its "
+            "client timed only the streamed chunks that carried text, so each TTFT is the first "
+            "chunk with text (later than the first token where the first tokens decode to none: "
+            "a split multi-byte character, a special token) and the inter-token times are "
+            "between such chunks (text the server held back arrives as tokens at once); and it "
+            "counted output_lens by retokenizing the answer's text, not the server's count: "
+            "each is simulated as that count")

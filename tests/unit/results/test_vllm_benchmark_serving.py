@@ -170,3 +170,26 @@ def test_a_0_11_0_files_first_prompt_note_names_no_warmups(tmp_path: Path) -> No
         "count: vLLM 0.11.0, which had no --num-warmups yet; they came in 0.11.1)" in said[0]
     )
     assert "each --num-warmups warm-up" not in said[0]
+
+
+def test_a_script_file_dated_before_0_7_says_it_timed_text_chunks_and_retokenized(
+    tmp_path: Path,
+) -> None:
+    # 0.6.6.post1's client timed only chunks with text and counted each answer by retokenizing
+    # it: against the tiny random model (16 tokens asked, --ignore-eos) its output_lens are
+    # not 16 and most answers' text came in one burst at the end (read as whole answers);
+    # 0.8.5's client kept the server's count. Nothing said why
+    old = json.loads((SCRIPT["0.6.6.post1"] / "rate8.json").read_text())
+    new = json.loads((SCRIPT["0.8.5"] / "rate8.json").read_text())
+    assert set(new["output_lens"]) == {16} and {n for n in old["output_lens"] if n} != {16}
+    start = "benchmarks/benchmark_serving.py dated"
+    assert not notes(read_recording(SCRIPT["0.6.6.post1"] / "rate8.json"), start)  # dated 2026
+    rec = read_recording(write(tmp_path, old | {"date": "20241215-101010"}))
+    said = notes(rec, start)
+    assert len(said) == 1 and "2024-12-15, before vLLM 0.7.0" in said[0]
+    assert "timed only the streamed chunks that carried text" in said[0]
+    assert "retokenizing the answer's text" in said[0]
+    # a file of vllm bench serve (endpoint_type) of that date is not the script's
+    doc = json.loads((V0_10 / "rate8.json").read_text()) | {"date": "20241215-101010"}
+    (tmp_path / "run.json").unlink()
+    assert not notes(read_recording(write(tmp_path, doc)), start)
