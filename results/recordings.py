@@ -108,6 +108,7 @@ from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, r
 from kvbudget.results.recorded_plans import benchmark_plan_refusal
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_sglang_server import server_info_refusal
+from kvbudget.results.recorded_simulators import simulated_output_refusal
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
     SQLITE_REFUSAL,
@@ -213,10 +214,13 @@ def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
             num_lines += 1
             if isinstance(value, dict) and flat_details(value).get("input_lens") is not None:
                 detailed.append(number)
-    where = ("none with per-request data" if not detailed else
-             f"line{'s' if len(detailed) > 1 else ''} {', '.join(map(str, detailed[:5]))}"
-             f"{' ...' if len(detailed) > 5 else ''} with per-request data: give "
-             f"{'them' if len(detailed) > 1 else 'it'} as a file of its own")
+    where = (
+        "none with per-request data"
+        if not detailed
+        else f"line{'s' if len(detailed) > 1 else ''} {', '.join(map(str, detailed[:5]))}"
+        f"{' ...' if len(detailed) > 5 else ''} with per-request data: give "
+        f"{'them' if len(detailed) > 1 else 'it'} as a file of its own"
+    )
     return f"holds {num_lines} JSON lines ({where}); the first line {summary}"
 
 
@@ -504,7 +508,8 @@ def refuse_aggregate_table(path: Path) -> None:
         first = fh.readline(1 << 16).decode("utf-8", "replace")
     header = first.strip().split(",")
     aggregates = (
-        aggregate_table_refusal(header)
+        simulated_output_refusal(header)
+        or aggregate_table_refusal(header)
         or dataset_header_refusal(header)
         or trace_refusal(path)
         or unsent_records_refusal(header, "row")
