@@ -416,3 +416,27 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
         )
         + ") or pass a load tool's per-request file"
     )
+
+
+DOCUMENT_SUFFIXES = frozenset({".md", ".markdown", ".rst"})
+"""Suffixes of a prose document: a README or a report that may quote a tool's result."""
+
+_FENCE = re.compile(r"^\s*(?:```|~~~)\s*([A-Za-z0-9_+-]*)", re.MULTILINE)
+
+
+def document_refusal(text: str) -> str:
+    """Why a Markdown (or reStructuredText) document is no result file, with how many fenced
+    code blocks it has and of what language. People's notes on running vllm-ascend quote the
+    ``vllm bench serve --save-result`` JSON they got in a ```json block of a ``.md`` file (one
+    found by the tool library's index, its repository unnamed there); validate read such a
+    file as a CSV and refused it for a missing ``prompt_tokens`` column of the header ``##
+    vllm-ascend ...``, its first heading."""
+    fences = _FENCE.findall(text)
+    opened = fences[::2]  # a fence opens a block, the next one closes it
+    json_blocks = sum(1 for lang in opened if lang.lower() in {"json", "jsonl", "json5"})
+    quoted = f" ({len(opened)} fenced code block(s), {json_blocks} of them JSON)" if opened else ""
+    return (
+        f"is a prose document{quoted}, not a result file: save the result it quotes (the "
+        "tool's whole file, with its per-request data) as a file of its own and pass that "
+        "(docs/recordings.md)"
+    )

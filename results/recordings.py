@@ -75,11 +75,13 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aggregates import (
+    DOCUMENT_SUFFIXES,
     aggregate_line_refusal,
     aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
     dataset_refusal,
+    document_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
 )
@@ -140,6 +142,7 @@ from kvbudget.workloads.text_files import (
     encoding_said,
     head_utf8,
     open_utf8,
+    read_text,
     read_utf8,
     utf8_file,
 )
@@ -525,6 +528,8 @@ def refuse_unreadable_records(path: Path) -> None:
     (``kvbudget report`` and ``trace convert`` ask it too)."""
     if not path.is_file():
         return
+    if path.suffix.lower() in DOCUMENT_SUFFIXES:
+        raise TraceError(path, document_refusal(read_text(path, errors="replace")), line=1)
     if path.suffix.lower() == ".csv":
         refuse_aggregate_table(path)
     else:
