@@ -266,20 +266,37 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
     line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
     send time is among their keys, and what to write instead; None where no such object is
-    found."""
+    found. A list whose first object is the run's aggregate figures and the rest requests
+    (github.com/rsevilla87/guidellm-results-parser 54a97206 README.md: its ``--verbose`` output,
+    ``guidellmBenchmarkSummary`` then one ``guidellmRequestResult`` or ``guidellmRequestError``
+    a request) was said to hold as many per-request results as objects, with the summary's keys
+    shown as theirs: the two are now told apart."""
     for where, items in _object_lists(doc):
-        said = _requests_said([str(k) for k in items[0]])
+        summary = len(items) > 1 and _summary_ahead(items[0], items[1])
+        said = _requests_said([str(k) for k in items[1 if summary else 0]])
         if said:
-            return (
-                f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                f"reads ({where}{said}"
+            held = (
+                f"holds {len(items)} JSON objects, the first a run's aggregate figures, the "
+                f"other {len(items) - 1} per-request result(s)"
+                if summary
+                else f"holds {len(items)} per-request result(s)"
             )
+            return f"{held} in a layout of no tool kvbudget reads ({where}{said}"
     one = _one_request(doc) if one_a_line else None
     if one:
         return (
             f"holds per-request results, one a line, in a layout of no tool kvbudget reads ({one}"
         )
     return None
+
+
+def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether ``first`` summarises a run (two or more keys of :data:`SUMMARY_WORDS` or a
+    percentile, ``ttft_mean_ms``, ``ttft_p99_ms``) ahead of ``second``, a request (none such:
+    a request's own ``output_tokens_per_second`` is no summary)."""
+    return sum(map(_summarises, map(str, first))) >= 2 and not any(
+        map(_summarises, map(str, second))
+    )
 
 
 PROMPT_KEYS = frozenset(
