@@ -266,20 +266,37 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
     line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
     send time is among their keys, and what to write instead; None where no such object is
-    found."""
+    found. A list whose first object is the run's aggregate figures and the rest requests
+    (github.com/rsevilla87/guidellm-results-parser 54a97206 README.md: its ``--verbose`` output,
+    ``guidellmBenchmarkSummary`` then one ``guidellmRequestResult`` or ``guidellmRequestError``
+    a request) was said to hold as many per-request results as objects, with the summary's keys
+    shown as theirs: the two are now told apart."""
     for where, items in _object_lists(doc):
-        said = _requests_said([str(k) for k in items[0]])
+        summary = len(items) > 1 and _summary_ahead(items[0], items[1])
+        said = _requests_said([str(k) for k in items[1 if summary else 0]])
         if said:
-            return (
-                f"holds {len(items)} per-request result(s) in a layout of no tool kvbudget "
-                f"reads ({where}{said}"
+            held = (
+                f"holds {len(items)} JSON objects, the first a run's aggregate figures, the "
+                f"other {len(items) - 1} per-request result(s)"
+                if summary
+                else f"holds {len(items)} per-request result(s)"
             )
+            return f"{held} in a layout of no tool kvbudget reads ({where}{said}"
     one = _one_request(doc) if one_a_line else None
     if one:
         return (
             f"holds per-request results, one a line, in a layout of no tool kvbudget reads ({one}"
         )
     return None
+
+
+def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether ``first`` summarises a run (two or more keys of :data:`SUMMARY_WORDS` or a
+    percentile, ``ttft_mean_ms``, ``ttft_p99_ms``) ahead of ``second``, a request (none such:
+    a request's own ``output_tokens_per_second`` is no summary)."""
+    return sum(map(_summarises, map(str, first))) >= 2 and not any(
+        map(_summarises, map(str, second))
+    )
 
 
 PROMPT_KEYS = frozenset(
@@ -415,4 +432,28 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
             else ""
         )
         + ") or pass a load tool's per-request file"
+    )
+
+
+DOCUMENT_SUFFIXES = frozenset({".md", ".markdown", ".rst"})
+"""Suffixes of a prose document: a README or a report that may quote a tool's result."""
+
+_FENCE = re.compile(r"^\s*(?:```|~~~)\s*([A-Za-z0-9_+-]*)", re.MULTILINE)
+
+
+def document_refusal(text: str) -> str:
+    """Why a Markdown (or reStructuredText) document is no result file, with how many fenced
+    code blocks it has and of what language. People's notes on running vllm-ascend quote the
+    ``vllm bench serve --save-result`` JSON they got in a ```json block of a ``.md`` file (one
+    found by the tool library's index, its repository unnamed there); validate read such a
+    file as a CSV and refused it for a missing ``prompt_tokens`` column of the header ``##
+    vllm-ascend ...``, its first heading."""
+    fences = _FENCE.findall(text)
+    opened = fences[::2]  # a fence opens a block, the next one closes it
+    json_blocks = sum(1 for lang in opened if lang.lower() in {"json", "jsonl", "json5"})
+    quoted = f" ({len(opened)} fenced code block(s), {json_blocks} of them JSON)" if opened else ""
+    return (
+        f"is a prose document{quoted}, not a result file: save the result it quotes (the "
+        "tool's whole file, with its per-request data) as a file of its own and pass that "
+        "(docs/recordings.md)"
     )

@@ -75,11 +75,13 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_aggregates import (
+    DOCUMENT_SUFFIXES,
     aggregate_line_refusal,
     aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
     dataset_refusal,
+    document_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
 )
@@ -108,6 +110,7 @@ from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, r
 from kvbudget.results.recorded_plans import benchmark_plan_refusal
 from kvbudget.results.recorded_records import read_records, read_run_dir
 from kvbudget.results.recorded_sglang_server import server_info_refusal
+from kvbudget.results.recorded_simulators import simulated_output_refusal
 from kvbudget.results.recorded_summaries import (
     SQLITE_HEADER,
     SQLITE_REFUSAL,
@@ -139,6 +142,7 @@ from kvbudget.workloads.text_files import (
     encoding_said,
     head_utf8,
     open_utf8,
+    read_text,
     read_utf8,
     utf8_file,
 )
@@ -213,10 +217,13 @@ def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
             num_lines += 1
             if isinstance(value, dict) and flat_details(value).get("input_lens") is not None:
                 detailed.append(number)
-    where = ("none with per-request data" if not detailed else
-             f"line{'s' if len(detailed) > 1 else ''} {', '.join(map(str, detailed[:5]))}"
-             f"{' ...' if len(detailed) > 5 else ''} with per-request data: give "
-             f"{'them' if len(detailed) > 1 else 'it'} as a file of its own")
+    where = (
+        "none with per-request data"
+        if not detailed
+        else f"line{'s' if len(detailed) > 1 else ''} {', '.join(map(str, detailed[:5]))}"
+        f"{' ...' if len(detailed) > 5 else ''} with per-request data: give "
+        f"{'them' if len(detailed) > 1 else 'it'} as a file of its own"
+    )
     return f"holds {num_lines} JSON lines ({where}); the first line {summary}"
 
 
@@ -504,7 +511,8 @@ def refuse_aggregate_table(path: Path) -> None:
         first = fh.readline(1 << 16).decode("utf-8", "replace")
     header = first.strip().split(",")
     aggregates = (
-        aggregate_table_refusal(header)
+        simulated_output_refusal(header)
+        or aggregate_table_refusal(header)
         or dataset_header_refusal(header)
         or trace_refusal(path)
         or unsent_records_refusal(header, "row")
@@ -520,6 +528,8 @@ def refuse_unreadable_records(path: Path) -> None:
     (``kvbudget report`` and ``trace convert`` ask it too)."""
     if not path.is_file():
         return
+    if path.suffix.lower() in DOCUMENT_SUFFIXES:
+        raise TraceError(path, document_refusal(read_text(path, errors="replace")), line=1)
     if path.suffix.lower() == ".csv":
         refuse_aggregate_table(path)
     else:

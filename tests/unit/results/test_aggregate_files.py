@@ -579,3 +579,67 @@ def test_aggregates_three_objects_down_are_said_to_be_aggregates(tmp_path: Path)
         "MiniMax-M2.7.data.1.ttft_mean_ms, MiniMax-M2.7.data.1.ttft_median_ms, ...)"
     ) in said
     assert NEEDS in said and "pass a format" not in said
+
+
+# github.com/rsevilla87/guidellm-results-parser (54a97206 README.md) writes with --verbose a JSON
+# array: the run's summary first, then one document a request (its README's example, here as
+# shown there). Told it "holds 3 per-request result(s) ... (ttft_mean_ms, ttft_p99_ms,
+# metricName, ...)": the summary counted as a request, its keys shown as the requests'.
+PARSED_VERBOSE = [
+    {
+        "metricName": "guidellmBenchmarkSummary",
+        "uuid": "c054eaf6-7b10-4dd5-a462-fbc010f7b09d",
+        "guidellm_version": "0.5.2",
+        "timestamp": "2025-09-23T23:59:06.125779",
+        "strategy": "constant",
+        "rate": 10,
+        "total_requests": 609,
+        "successful_requests": 586,
+        "prompt_tokens": 128,
+        "output_tokens": 128,
+        "backend_model": "Qwen/Qwen3-0.6B",
+        "ttft_mean_ms": 1006.21,
+        "ttft_p99_ms": 1019.42,
+        "itl_mean_ms": 10.42,
+    },
+    {
+        "metricName": "guidellmRequestResult",
+        "timestamp": "2025-09-23T23:59:06.126977",
+        "status": True,
+        "request_latency_seconds": 2.331,
+        "tokens_per_second": 108.09,
+        "output_tokens_per_second": 54.91,
+        "tpot_ms": 10.29,
+        "itl_ms": 10.37,
+        "ttft_ms": 1014.30,
+        "uuid": "c054eaf6-7b10-4dd5-a462-fbc010f7b09d",
+        "job_name": "interactive-chat",
+        "sample": 0,
+    },
+    {
+        "metricName": "guidellmRequestError",
+        "timestamp": "2025-09-23T23:59:30.445123",
+        "errored": True,
+        "completed": False,
+        "uuid": "c054eaf6-7b10-4dd5-a462-fbc010f7b09d",
+        "job_name": "interactive-chat",
+    },
+]
+
+
+def test_a_summary_ahead_of_the_requests_is_not_counted_as_one(tmp_path: Path) -> None:
+    path = tmp_path / "parsed_results.json"
+    path.write_text(json.dumps(PARSED_VERBOSE, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds 3 JSON objects, the first a run's aggregate figures, the other 2 per-request "
+        "result(s) in a layout of no tool kvbudget reads (request_latency_seconds, tpot_ms, "
+    ) in said
+    assert "ttft_mean_ms" not in said
+    # a list of requests alone is counted as before
+    path.write_text(json.dumps(PARSED_VERBOSE[1:]))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "holds 2 per-request result(s) in a layout" in str(err.value)
