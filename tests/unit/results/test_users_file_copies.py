@@ -335,16 +335,20 @@ def test_an_archive_of_a_run_names_how_to_unpack_it(tmp_path: Path, kind: str) -
     ) in str(info.value)
 
 
-def test_a_utf16_trace_is_refused_naming_its_encoding_not_binary(tmp_path: Path) -> None:
-    """A trace to simulate (not a recording) in UTF-16 was "a binary file, not a text trace"."""
+def test_a_utf16_trace_is_read_as_a_recording_is(tmp_path: Path) -> None:
+    """A trace to simulate (not a recording) in UTF-16 was "a binary file, not a text trace",
+    then refused with an iconv line while validate read the same text: now read as the UTF-8
+    original, said once (tests/unit/workloads/test_trace_encodings.py reads every shared
+    trace so)."""
+    text = b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "trace.csv").write_bytes(text)
     path = tmp_path / "trace.csv"
-    path.write_bytes(ENCODED["utf-16-le"](b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"))
-    with pytest.raises(TraceError) as info:
-        load_trace(path)
-    assert info.value.problem.startswith(
-        "is UTF-16 LE text (its byte-order mark; Windows PowerShell 5's > and Out-File write so)"
-    )
-    assert "iconv -f utf-16-le -t utf-8 trace.csv > trace-utf8.csv" in info.value.problem
+    path.write_bytes(ENCODED["utf-16-le"](text))
+    loaded = load_trace(path)
+    assert loaded.workload.prompt_tokens.tolist() == [10]
+    said = set(loaded.report.assumed) - set(load_trace(tmp_path / "a" / "trace.csv").report.assumed)
+    assert said == {"read trace.csv as UTF-16 LE text (the byte-order mark it starts with)"}
 
 
 def test_validate_reads_a_utf16_copy_and_refuses_a_cut_one_in_one_line(tmp_path: Path) -> None:
