@@ -52,6 +52,14 @@ HANDMADE_RECORDS = (
     "0.9,200,20,0.07,0.45,error\n1.3,64,8,0.03,0.15,completed\n"
 )
 """A generic records CSV (docs/recordings.md), hand-made beside the tools' files."""
+HANDMADE_RECORDS_JSONL = (
+    '{"arrival_s": 0.0, "prompt_tokens": 120, "output_tokens": 16, "ttft_s": 0.05, "e2e_s": 0.31}\n'
+    '{"arrival_s": 0.4, "prompt_tokens": 80, "output_tokens": 12, "ttft_s": 0.04, "e2e_s": 0.22}\n'
+    '{"arrival_s": 0.9, "prompt_tokens": 200, "output_tokens": 20, "ttft_s": 0.07, "e2e_s": 0.45, '
+    '"status": "error"}\n'
+    '{"arrival_s": 1.3, "prompt_tokens": 64, "output_tokens": 8, "ttft_s": 0.03, "e2e_s": 0.15}\n'
+)
+"""The same records as JSON lines (the numbers as numbers)."""
 
 KINDS: dict[str, tuple[Path, tuple[Path, ...]]] = {
     # kind: (the file or folder, files copied beside a file: what its reader reads there)
@@ -81,6 +89,7 @@ KINDS: dict[str, tuple[Path, tuple[Path, ...]]] = {
     "evalscope-folder": (FIXTURES / "evalscope-1.14.1" / "open" / "rate_8.0_number_16", ()),
     "kvbudget-run-parquet": (RUNS / "kvbudget-replay-vllm-0.32.0-dp2", ()),
     "records-csv-handmade": (Path("records.csv"), ()),
+    "records-jsonl-handmade": (Path("records.jsonl"), ()),
     "records-csv-measured": (
         SHARED / "measured" / "llmservingsim_vllm019" / "RTX4090_Llama-3.1-8B" / "requests.csv",
         (),
@@ -119,10 +128,10 @@ SAID = {"utf-16-le": "UTF-16 LE", "utf-16-be": "UTF-16 BE", "utf-16-le-crlf": "U
 
 def source(kind: str, tmp: Path) -> Path:
     path = KINDS[kind][0]
-    if kind == "records-csv-handmade":
-        path = tmp / "handmade" / "records.csv"
+    if kind.endswith("-handmade"):
+        path = tmp / "handmade" / KINDS[kind][0].name
         path.parent.mkdir(exist_ok=True)
-        path.write_text(HANDMADE_RECORDS)
+        path.write_text(HANDMADE_RECORDS if path.suffix == ".csv" else HANDMADE_RECORDS_JSONL)
     if not path.exists():
         pytest.skip(f"{path} is not there")
     return path
@@ -223,7 +232,7 @@ def cut(kind: str) -> Transform:
     return change
 
 
-CUT = [k for k in KINDS if not k.startswith("records-csv")]
+CUT = list(KINDS)
 
 
 @pytest.mark.parametrize("kind", CUT)
@@ -253,6 +262,42 @@ def test_json_lines_cut_in_their_last_record_say_how_many_whole_records_are_befo
     assert info.value.line == 22
     assert "the file ends inside this record" in info.value.problem
     assert "delete line 22 to read the 21 whole records before it" in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("kind", "line", "whole"),
+    [
+        ("records-csv-handmade", 5, 3),
+        ("records-jsonl-handmade", 4, 3),
+        ("records-csv-measured", 0, 0),
+    ],
+)
+def test_a_records_file_cut_in_its_last_line_is_refused_as_a_tools_is(
+    tmp_path: Path, kind: str, line: int, whole: int
+) -> None:
+    """A records file (a user's script or k6 test writing a line a request as each finishes,
+    or an export) cut in its last line was read with that line dropped and a warning, as a
+    trace is: the requests after it (in flight, or the rest of the export) gone unsaid in the
+    comparison. Refused now as AIPerf's cut JSON lines are; as a trace, the same file keeps
+    the trace loader's rule (a trace only sends one request fewer)."""
+    path = copy_of(kind, tmp_path, cut(kind))
+    if not line:  # the shared file: its last line and the rows before it
+        line = len(path.read_text().splitlines())
+        whole = line - 2
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.line == line, str(info.value)
+    assert info.value.problem.startswith(
+        f"the file ends inside this {'row' if path.suffix == '.csv' else 'record'} (no line "
+        "end after it, and it does not read as one), cut short (was the tool stopped while it "
+        "wrote the file?)"
+    ), str(info.value)
+    assert info.value.problem.endswith(
+        f"delete line {line} to read the {whole:,} whole records before it as they are"
+    ), str(info.value)
+    trace = load_trace(path)
+    assert trace.report.dropped == (("truncated last line", 1),)
+    assert len(trace.workload) == whole
 
 
 def test_a_yaml_report_cut_at_a_line_end_says_it_may_be_cut(tmp_path: Path) -> None:
