@@ -450,8 +450,7 @@ def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
     lines = src.read_bytes().splitlines(keepends=True)
     path = tmp_path / "benchmarks.yaml"
     for fraction in (0.2, 0.5, 0.9, 0.99, *((0.999,) if version == "0.8.1" else ())):
-        # 0.2-0.6 cut after the last benchmark's type_ lose keys after it (``worker``,
-        # ``warmup_duration``; 0.6's ``metadata`` beside its ``args``) unseen: left
+        # a cut after the last benchmark's type_: the test below
         keep = int(len(lines) * fraction)
         path.write_bytes(b"".join(lines[:keep]))
         with pytest.raises(TraceError) as info:
@@ -460,5 +459,29 @@ def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
         assert info.value.problem.endswith(
             "cut short (was the tool stopped while it wrote the file?)"
         ), (fraction, info.value)
+    path.write_bytes(b"".join(lines))
+    assert len(read_recording(path)) == len(read_recording(src))
+
+
+@pytest.mark.parametrize("version", ["0.2.1", "0.3.1", "0.4.0", "0.5.4", "0.6.1"])
+def test_a_guidellm_yaml_report_cut_after_its_last_type_is_refused(
+    tmp_path: Path, version: str
+) -> None:
+    """Cut at any line after the last benchmark's ``type_`` (a killed run, a copy
+    interrupted), a 0.2-0.6 report lost what GuideLLM's sorted ``yaml.dump`` writes after it:
+    0.2-0.3's ``worker``, 0.4-0.6's ``warmup_duration``, 0.5-0.6's ``metadata`` with its
+    version, and read as whole. Each such cut is refused in one line; whole, it reads."""
+    src = FIXTURES / f"guidellm-{version}" / "constant.yaml"
+    lines = src.read_bytes().splitlines(keepends=True)
+    last_type = max(i for i, line in enumerate(lines) if line.startswith(b"  type_: "))
+    path = tmp_path / "constant.yaml"
+    assert len(lines) > last_type + 1  # something comes after it in every version
+    for keep in range(last_type + 1, len(lines)):
+        path.write_bytes(b"".join(lines[:keep]))
+        with pytest.raises(TraceError) as info:
+            read_recording(path)
+        text = str(info.value)
+        assert "\n" not in text and info.value.line == keep, (keep, text)
+        assert text.endswith("cut short (was the tool stopped while it wrote the file?)"), text
     path.write_bytes(b"".join(lines))
     assert len(read_recording(path)) == len(read_recording(src))
