@@ -360,24 +360,63 @@ def test_a_folder_with_no_data_file_says_what_it_holds(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["kvbudget-run-parquet", "genai-bench-folder", "vllm-bench-json"])
-def test_an_archive_of_a_run_names_how_to_unpack_it(tmp_path: Path, kind: str) -> None:
+def test_an_archive_of_a_run_names_how_to_unpack_it_and_what_it_holds(
+    tmp_path: Path, kind: str
+) -> None:
+    """A zip or tar.gz of a run folder (or of one file) was refused with the unpack line
+    alone: the user had to unpack it to learn which file or folder to give. Its member list,
+    read without extracting (zip's central directory, the tar's headers), is named now: the
+    folder to give and its files, or the file. Said by validate and simulate alike (one
+    place, the trace loader's file facts)."""
     src = KINDS[kind][0]
+    members = (
+        sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+        if src.is_dir()
+        else []
+    )
     zipped = tmp_path / f"{src.name}.zip"
     with zipfile.ZipFile(zipped, "w") as z:
-        for p in [src, *src.rglob("*")] if src.is_dir() else [src]:
+        for p in [src, *sorted(src.rglob("*"))] if src.is_dir() else [src]:
             z.write(p, p.relative_to(src.parent))
     tarred = tmp_path / f"{src.name}.tar.gz"
     with tarfile.open(tarred, "w:gz") as t:
         t.add(src, arcname=src.name)
-    with pytest.raises(TraceError) as info:
-        read_recording(zipped)
-    assert f"is zip-compressed: decompress it first (unzip {zipped.name})" in str(info.value)
+    if src.is_dir():
+        shown = ", ".join(members[:10]) + (", ..." if len(members) > 10 else "")
+        holds = f"it holds the folder {src.name}/ ({shown}; {len(members)} files): give {src.name} once unpacked"
+    else:
+        holds = f"it holds {src.name} (1 file)"
+    for archive, said in (
+        (
+            zipped,
+            f"is zip-compressed: decompress it first (unzip {zipped.name}) and give the "
+            "file or folder it writes",
+        ),
+        (
+            tarred,
+            f"is a gzip-compressed tar archive: unpack it first (tar -xzf {tarred.name}) "
+            "and give the file or folder it holds",
+        ),
+    ):
+        with pytest.raises(TraceError) as info:
+            read_recording(archive)
+        assert info.value.problem == f"{said}; {holds}", (archive.name, info.value.problem)
+        with pytest.raises(TraceError) as info:
+            load_trace(archive)
+        assert info.value.problem == f"{said}; {holds}", (archive.name, info.value.problem)
+
+
+def test_a_cut_archive_says_its_list_cannot_be_read(tmp_path: Path) -> None:
+    src = KINDS["kvbudget-run-parquet"][0]
+    tarred = tmp_path / "run.tar.gz"
+    with tarfile.open(tarred, "w:gz") as t:
+        t.add(src, arcname=src.name)
+    tarred.write_bytes(tarred.read_bytes()[:300])
     with pytest.raises(TraceError) as info:
         read_recording(tarred)
-    assert (
-        f"is a gzip-compressed tar archive: unpack it first (tar -xzf {tarred.name}) and "
-        "give the file or folder it holds"
-    ) in str(info.value)
+    assert info.value.problem.endswith(
+        "; its list of files cannot be read (EOFError: damaged or cut short?)"
+    ), info.value.problem
 
 
 def test_a_utf16_trace_is_read_as_a_recording_is(tmp_path: Path) -> None:
