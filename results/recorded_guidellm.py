@@ -158,25 +158,49 @@ def _refuse_cut_yaml(path: Path, doc: Any, text: str) -> None:
     """Refuse a YAML report cut short at a line's end: still YAML, it read as a whole run with
     its last requests gone (the 0.8.1 fixture cut at 90% of its lines read 16 of its 20
     requests, and said nothing). GuideLLM writes its YAML with ``yaml.dump(model_dict)``, which
-    sorts keys (guidellm 0.8.1 ``benchmark/schemas/report.py`` line 113; 0.2-0.6 alike), so a
-    benchmark's ``type_`` (every version's, 0.2 to 0.8) comes after its ``requests``: the last
-    benchmark without it was cut before it was whole."""
+    sorts keys (guidellm 0.8.1 ``benchmark/schemas/report.py`` line 113; 0.2.1 and 0.3.1
+    ``benchmark/output.py`` lines 161 and 171, 0.4.0 ``schemas/generative/report.py`` line
+    76, 0.5.0-0.6.1 line 109), so a cut loses the keys last in that order; what each version
+    writes last says whether it is there:
+
+    - a benchmark's ``type_`` (0.2 to 0.8) comes after its ``requests``;
+    - after it, 0.2-0.3's ``worker`` (``Benchmark.worker``, required), whose own last key is
+      its ``type_`` (``GenerativeRequestsWorkerDescription``, 0.2.1 ``scheduler/worker.py``
+      line 267), and 0.4+'s ``warmup_duration`` (a ``computed_field`` of every benchmark,
+      0.4.0 ``schemas/generative/benchmark.py`` line 98);
+    - 0.5-0.6 write ``metadata`` after ``args`` and the benchmarks, its ``version`` (always
+      written: ``Literal[1]``, 0.5.0 ``schemas/generative/report.py`` line 37) last of it;
+      their ``args`` hold ``over_saturation`` (0.5.0 ``schemas/generative/entrypoints.py`` line
+      286), which 0.4's do not; 0.7+ write ``metadata`` (version 2) and no ``args``."""
     benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
-    if not isinstance(benchmarks, list) or not benchmarks:
+    if not isinstance(benchmarks, list) or not benchmarks or not isinstance(benchmarks[-1], dict):
         return
-    last = benchmarks[-1]
-    if not isinstance(last, dict):
-        return
+    last, at = benchmarks[-1], f"benchmarks[{len(benchmarks) - 1}]"
+    worker = last.get("worker")
+    args = doc.get("args")
+    metadata = doc.get("metadata")
     if "type_" not in last:
-        raise TraceError(path, f"benchmarks[{len(benchmarks) - 1}] ends before its 'type_', "
-                         "which GuideLLM's YAML (its keys in alphabetical order) writes after "
-                         f"its requests: {CUT_SHORT}", line=len(text.splitlines()))
-    if "scheduler_metrics" in last and not {"args", "metadata"} & set(doc):
+        cut = (f"{at} ends before its 'type_', which GuideLLM's YAML (its keys in alphabetical "
+               "order) writes after its requests")
+    elif "run_stats" in last and not (isinstance(worker, dict) and "type_" in worker):
+        cut = (f"{at} ends before its worker's 'type_', which GuideLLM 0.2-0.3 write last of a "
+               "benchmark")
+    elif "scheduler_metrics" in last and "warmup_duration" not in last:
+        cut = (f"{at} ends before its 'warmup_duration', which GuideLLM 0.4 and later write "
+               "after its 'type_'")
+    elif "scheduler_metrics" in last and not {"args", "metadata"} & set(doc):
         # 0.4+ (the layout with scheduler_metrics) writes 'args' before its benchmarks
         # (0.4-0.6) or 'metadata' after them (0.5+): one with neither was cut after them
-        raise TraceError(path, "ends after its benchmarks, without the 'metadata' GuideLLM "
-                         f"writes after them (its version): {CUT_SHORT}",
-                         line=len(text.splitlines()))
+        cut = ("ends after its benchmarks, without the 'metadata' GuideLLM writes after them "
+               "(its version)")
+    elif isinstance(args, dict) and "over_saturation" in args and metadata is None:
+        cut = ("ends after its benchmarks, without the 'metadata' GuideLLM 0.5-0.6 write after "
+               "them (their args hold over_saturation)")
+    elif isinstance(metadata, dict) and "version" not in metadata:
+        cut = "its 'metadata' ends before its 'version', which GuideLLM writes last of it"
+    else:
+        return
+    raise TraceError(path, f"{cut}: {CUT_SHORT}", line=len(text.splitlines()))
 
 
 def csv_refusal(path: Path) -> str:

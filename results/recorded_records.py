@@ -37,11 +37,13 @@ from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.run_parts import REQUESTS_PART, itl_means_of_parts
 from kvbudget.results.run_result import read_run
 from kvbudget.workloads.counted import counted
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import CUT_SHORT, TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.text_files import read_text
 from kvbudget.workloads.traces import load_trace
 from kvbudget.workloads.traces._csv import read_csv_columns, split_header
 from kvbudget.workloads.traces._files import file_facts, line_of_row
+from kvbudget.workloads.traces._finish import DROP_TRUNCATED
 from kvbudget.workloads.traces._jsonl import read_jsonl_columns
 from kvbudget.workloads.traces._tabular import generic_kind
 from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
@@ -96,6 +98,8 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     rule = REALISED_OUTPUT if max_output is None else max_output
     loaded = load_trace(path, TraceOptions(format="generic", columns=trace_cols or None,
                                            default_tier=default_tier, max_output=rule))
+    if DROP_TRUNCATED in dict(loaded.report.dropped):  # a trace's rule, not a measurement's
+        raise cut_last_line(path)
     workload, rebased = _rebased(loaded.workload, trace_cols.get("arrival_s", "arrival_s"))
     measured = _read_measurements(path, names)
     numbers, line_of = measured.numbers, measured.line_of
@@ -144,6 +148,30 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     notes.append(OPEN_REPLAY_NOTE)
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+def cut_last_line(path: Path) -> TraceError:
+    """The refusal of a records file whose last line, with no line end after it, does not read
+    as a row: the file was cut while it was written. The trace loader drops such a line and
+    says so (a trace only sends one request fewer), but a records file is a measurement: a
+    script or a k6 test that writes a line a request as each finishes (as AIPerf writes
+    ``profile_export.jsonl``) has none for the requests in flight when it was stopped, the
+    slow ones, and an export cut short (``to_csv`` killed, a copy interrupted) has lost an
+    unknown number of rows after it; read up to it, the run would look whole and lighter than
+    the server's. Refused as the load tools' JSON-lines files cut short are
+    (:func:`~kvbudget.results.recorded_fields.cut_record`), naming the line and the whole
+    records a user keeps by deleting it. On the error path only: the file is read again."""
+    header = 0 if generic_kind(path) == "jsonl" else 1
+    lines = read_text(path, errors="replace").splitlines()
+    last = max(i for i, line in enumerate(lines, start=1) if line.strip())
+    whole = sum(1 for line in lines[header : last - 1] if line.strip())
+    return TraceError(path, f"the file ends inside this {'record' if header == 0 else 'row'} "
+                      f"(no line end after it, and it does not read as one), {CUT_SHORT}; the "
+                      "requests after it have no record (those in flight when a run writing a "
+                      "line a request was stopped, or the rest of an export), so it is refused "
+                      f"rather than read as a whole run: rerun it, or delete line {last} to "
+                      f"read the {counted(whole, 'whole record')} before it as they are",
+                      line=last)
 
 
 def no_send_times(column: str) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import tarfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import NO_REQUESTS, TraceError
 from kvbudget.workloads.text_files import bom_of
 
@@ -77,6 +80,47 @@ def _is_workbook(path: Path, head: bytes) -> bool:
     return head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1")
 
 
+ARCHIVE_LISTED = 10
+"""The most members of an archive its refusal names (a tar.gz is read up to the next one only:
+its list is not indexed, and reading all of it decompresses all of it)."""
+
+
+def archive_listing(path: Path, kind: str) -> str:
+    """What a zip or gzip-compressed tar archive holds, read without extracting (zip's central
+    directory; a tar's headers up to :data:`ARCHIVE_LISTED` files), so that its refusal names
+    the file or folder to give once unpacked: "it holds run/replay.json, run/requests.parquet
+    (2 files)". A damaged or cut archive says that its list cannot be read."""
+    names: list[str] = []
+    more = False
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(path) as z:
+                files = [i.filename for i in z.infolist() if not i.is_dir()]
+            names, more = files[:ARCHIVE_LISTED], len(files) > ARCHIVE_LISTED
+            count = counted(len(files), "file")
+        else:
+            with tarfile.open(path, "r:gz") as tar:
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    if len(names) == ARCHIVE_LISTED:
+                        more = True
+                        break
+                    names.append(member.name)
+            count = ("more than " if more else "") + counted(len(names), "file")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        return f"its list of files cannot be read ({type(exc).__name__}: damaged or cut short?)"
+    if not names:
+        return "it holds no file"
+    listed = ", ".join(names) + (", ..." if more else "")
+    top = {n.split("/", 1)[0] for n in names}
+    if len(top) == 1 and all("/" in n for n in names):  # one folder: a run's, a tool's
+        folder = top.pop()
+        listed = ", ".join(n.split("/", 1)[1] for n in names) + (", ..." if more else "")
+        return f"it holds the folder {folder}/ ({listed}; {count}): give {folder} once unpacked"
+    return f"it holds {listed} ({count})"
+
+
 def check_readable(path: Path) -> None:
     if not path.exists():
         raise TraceError(path, "no such file")
@@ -109,13 +153,14 @@ def file_facts(path: Path) -> FileFacts:
                          "(--column maps its column names)", line=1)
     if head.startswith(b"\x1f\x8b") and path.name.lower().endswith((".tar.gz", ".tgz")):
         raise TraceError(path, "is a gzip-compressed tar archive: unpack it first (tar -xzf "
-                         f"{shlex.quote(path.name)}) and give the file or folder it holds",
-                         line=1)
+                         f"{shlex.quote(path.name)}) and give the file or folder it holds; "
+                         f"{archive_listing(path, 'tar')}", line=1)
     for magic, kind, undo in _COMPRESSED:
         if head.startswith(magic):
+            listing = f"; {archive_listing(path, kind)}" if kind == "zip" else ""
             raise TraceError(path, f"is {kind}-compressed: decompress it first ({undo} "
                              f"{shlex.quote(path.name)}) and give the file or folder it "
-                             "writes", line=1)
+                             f"writes{listing}", line=1)
     mark = bom_of(head[:4])
     if mark is not None and mark[1] != "utf-8":  # its NULs are no binary file's
         raise TraceError(path, f"is {mark[2]} text (its byte-order mark; Windows PowerShell 5's "

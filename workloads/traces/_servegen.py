@@ -39,6 +39,7 @@ from kvbudget.workloads.arrivals import MAX_REQUESTS, split_streams
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MAX_TOKENS
 from kvbudget.workloads.pmf import cdf_sample
+from kvbudget.workloads.text_files import encoding_said, read_text, utf8_file
 from kvbudget.workloads.traces._files import (
     SERVEGEN_CHUNK,
     check_readable,
@@ -100,10 +101,11 @@ _FIELDS = ("window_start_s", "rate", "cv", "arrival_dist", "param1", "param2")
 
 def _read_windows(path: Path) -> tuple[list[tuple[float, float, float, str, float, float]],
                                        bool]:
-    facts = file_facts(path)
+    with utf8_file(path) as readable:  # a user's copy in UTF-16, or with a byte-order mark
+        facts = file_facts(readable)
+        lines = read_text(readable, errors="replace").splitlines()
     rows: list[tuple[float, float, float, str, float, float]] = []
     dropped_last = False
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     numbered = [(i, ln) for i, ln in enumerate(lines, start=1) if ln.strip()]
     for pos, (number, text) in enumerate(numbered):
         parts = [p.strip() for p in text.split(",")]
@@ -248,7 +250,7 @@ def _prompts(path: Path, entry: dict[str, Any], rng: np.random.Generator, n: int
 def _dataset(path: Path) -> dict[float, dict[str, Any]]:
     check_readable(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
         raise TraceError(path, f"not valid JSON ({exc})", line=line) from None
@@ -369,6 +371,8 @@ def load_servegen(path: Path, options: TraceOptions, streams: Streams) -> RawTra
         warnings=warnings,
     )
     raw.assumed.append(JOINT_ASSUMED)
+    said = encoding_said([p for chunk in chunks for p in chunk[1:]])  # UTF-16 copies, as load_trace
+    raw.assumed.extend([said] if said else [])
     if dropped:
         raw.dropped[DROP_TRUNCATED] += dropped
     return raw

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import kvbudget.workloads.traces._tabular as _tabular
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.errors import json_problem as _json_problem
+from kvbudget.workloads.text_files import encoding_of, encoding_said, utf8_file
 from kvbudget.workloads.traces._csv import split_header
 from kvbudget.workloads.traces._files import (
     SERVEGEN_CHUNK,
@@ -90,8 +92,12 @@ def _one_document(path: Path) -> bool:
 
 
 def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
-    """The format of a trace file, from its name, its first bytes and its header."""
+    """The format of a trace file, from its name, its first bytes and its header (of its text
+    as UTF-8: :mod:`kvbudget.workloads.text_files`)."""
     path = Path(path)
+    if not is_servegen_path(path) and encoding_of(path) is not None:
+        with utf8_file(path) as readable:
+            return detect_format(readable, options)
     if is_servegen_path(path):
         if path.is_dir() and not any(SERVEGEN_CHUNK.search(p.name) for p in path.iterdir()):
             # a kvbudget run directory is named so; a load tool's output folder, say, is no
@@ -220,13 +226,31 @@ def load_trace(path: str | Path, options: TraceOptions | None = None, *,
 
     The random choices (sampling, tier shares, synthetic arrivals, ServeGen's clients) draw
     from ``options.seed``; where that is ``None``, from the seed ``seed()`` gives, called only
-    when the load draws at all (0 without ``seed``).
+    when the load draws at all (0 without ``seed``). A file in UTF-16 or UTF-32 (its
+    byte-order mark) is read as its text in UTF-8 (:mod:`kvbudget.workloads.text_files`, as a
+    recording is), said in one ``assumed`` line; a UTF-8 mark changes nothing.
 
     Raises :class:`~kvbudget.workloads.errors.TraceError` (a ``ValueError``) naming the file, the line
     or row and the field for anything it cannot load.
     """
     options = options or TraceOptions()
     path = Path(path)
+    if is_servegen_path(path) or encoding_of(path) is None:  # UTF-8, a mark or none
+        return _load(path, options, seed)
+    # UTF-16 or UTF-32 (Windows PowerShell 5's > and Out-File): its text read as UTF-8, as a
+    # recording's is, and said once
+    with utf8_file(path) as readable:
+        loaded = _load(readable, options, seed)
+    said = encoding_said([path])
+    assumed = (*loaded.report.assumed, *((said,) if said else ()))
+    meta = {**loaded.workload.meta, "source": str(path), "assumed": assumed}
+    return LoadedTrace(
+        workload=dataclasses.replace(loaded.workload, meta=meta),
+        report=dataclasses.replace(loaded.report, path=str(path), assumed=assumed),
+    )
+
+
+def _load(path: Path, options: TraceOptions, seed: Callable[[], int] | None) -> LoadedTrace:
     fmt = options.format or detect_format(path, options)
     _check_applicable(path, fmt, options)
     if fmt == "generic" and options.format is None:  # a recording's reader names its format

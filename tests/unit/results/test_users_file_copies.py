@@ -52,6 +52,14 @@ HANDMADE_RECORDS = (
     "0.9,200,20,0.07,0.45,error\n1.3,64,8,0.03,0.15,completed\n"
 )
 """A generic records CSV (docs/recordings.md), hand-made beside the tools' files."""
+HANDMADE_RECORDS_JSONL = (
+    '{"arrival_s": 0.0, "prompt_tokens": 120, "output_tokens": 16, "ttft_s": 0.05, "e2e_s": 0.31}\n'
+    '{"arrival_s": 0.4, "prompt_tokens": 80, "output_tokens": 12, "ttft_s": 0.04, "e2e_s": 0.22}\n'
+    '{"arrival_s": 0.9, "prompt_tokens": 200, "output_tokens": 20, "ttft_s": 0.07, "e2e_s": 0.45, '
+    '"status": "error"}\n'
+    '{"arrival_s": 1.3, "prompt_tokens": 64, "output_tokens": 8, "ttft_s": 0.03, "e2e_s": 0.15}\n'
+)
+"""The same records as JSON lines (the numbers as numbers)."""
 
 KINDS: dict[str, tuple[Path, tuple[Path, ...]]] = {
     # kind: (the file or folder, files copied beside a file: what its reader reads there)
@@ -81,6 +89,7 @@ KINDS: dict[str, tuple[Path, tuple[Path, ...]]] = {
     "evalscope-folder": (FIXTURES / "evalscope-1.14.1" / "open" / "rate_8.0_number_16", ()),
     "kvbudget-run-parquet": (RUNS / "kvbudget-replay-vllm-0.32.0-dp2", ()),
     "records-csv-handmade": (Path("records.csv"), ()),
+    "records-jsonl-handmade": (Path("records.jsonl"), ()),
     "records-csv-measured": (
         SHARED / "measured" / "llmservingsim_vllm019" / "RTX4090_Llama-3.1-8B" / "requests.csv",
         (),
@@ -119,10 +128,10 @@ SAID = {"utf-16-le": "UTF-16 LE", "utf-16-be": "UTF-16 BE", "utf-16-le-crlf": "U
 
 def source(kind: str, tmp: Path) -> Path:
     path = KINDS[kind][0]
-    if kind == "records-csv-handmade":
-        path = tmp / "handmade" / "records.csv"
+    if kind.endswith("-handmade"):
+        path = tmp / "handmade" / KINDS[kind][0].name
         path.parent.mkdir(exist_ok=True)
-        path.write_text(HANDMADE_RECORDS)
+        path.write_text(HANDMADE_RECORDS if path.suffix == ".csv" else HANDMADE_RECORDS_JSONL)
     if not path.exists():
         pytest.skip(f"{path} is not there")
     return path
@@ -223,7 +232,7 @@ def cut(kind: str) -> Transform:
     return change
 
 
-CUT = [k for k in KINDS if not k.startswith("records-csv")]
+CUT = list(KINDS)
 
 
 @pytest.mark.parametrize("kind", CUT)
@@ -253,6 +262,42 @@ def test_json_lines_cut_in_their_last_record_say_how_many_whole_records_are_befo
     assert info.value.line == 22
     assert "the file ends inside this record" in info.value.problem
     assert "delete line 22 to read the 21 whole records before it" in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("kind", "line", "whole"),
+    [
+        ("records-csv-handmade", 5, 3),
+        ("records-jsonl-handmade", 4, 3),
+        ("records-csv-measured", 0, 0),
+    ],
+)
+def test_a_records_file_cut_in_its_last_line_is_refused_as_a_tools_is(
+    tmp_path: Path, kind: str, line: int, whole: int
+) -> None:
+    """A records file (a user's script or k6 test writing a line a request as each finishes,
+    or an export) cut in its last line was read with that line dropped and a warning, as a
+    trace is: the requests after it (in flight, or the rest of the export) gone unsaid in the
+    comparison. Refused now as AIPerf's cut JSON lines are; as a trace, the same file keeps
+    the trace loader's rule (a trace only sends one request fewer)."""
+    path = copy_of(kind, tmp_path, cut(kind))
+    if not line:  # the shared file: its last line and the rows before it
+        line = len(path.read_text().splitlines())
+        whole = line - 2
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert info.value.line == line, str(info.value)
+    assert info.value.problem.startswith(
+        f"the file ends inside this {'row' if path.suffix == '.csv' else 'record'} (no line "
+        "end after it, and it does not read as one), cut short (was the tool stopped while it "
+        "wrote the file?)"
+    ), str(info.value)
+    assert info.value.problem.endswith(
+        f"delete line {line} to read the {whole:,} whole records before it as they are"
+    ), str(info.value)
+    trace = load_trace(path)
+    assert trace.report.dropped == (("truncated last line", 1),)
+    assert len(trace.workload) == whole
 
 
 def test_a_yaml_report_cut_at_a_line_end_says_it_may_be_cut(tmp_path: Path) -> None:
@@ -315,36 +360,79 @@ def test_a_folder_with_no_data_file_says_what_it_holds(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["kvbudget-run-parquet", "genai-bench-folder", "vllm-bench-json"])
-def test_an_archive_of_a_run_names_how_to_unpack_it(tmp_path: Path, kind: str) -> None:
+def test_an_archive_of_a_run_names_how_to_unpack_it_and_what_it_holds(
+    tmp_path: Path, kind: str
+) -> None:
+    """A zip or tar.gz of a run folder (or of one file) was refused with the unpack line
+    alone: the user had to unpack it to learn which file or folder to give. Its member list,
+    read without extracting (zip's central directory, the tar's headers), is named now: the
+    folder to give and its files, or the file. Said by validate and simulate alike (one
+    place, the trace loader's file facts)."""
     src = KINDS[kind][0]
+    members = (
+        sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+        if src.is_dir()
+        else []
+    )
     zipped = tmp_path / f"{src.name}.zip"
     with zipfile.ZipFile(zipped, "w") as z:
-        for p in [src, *src.rglob("*")] if src.is_dir() else [src]:
+        for p in [src, *sorted(src.rglob("*"))] if src.is_dir() else [src]:
             z.write(p, p.relative_to(src.parent))
     tarred = tmp_path / f"{src.name}.tar.gz"
     with tarfile.open(tarred, "w:gz") as t:
         t.add(src, arcname=src.name)
-    with pytest.raises(TraceError) as info:
-        read_recording(zipped)
-    assert f"is zip-compressed: decompress it first (unzip {zipped.name})" in str(info.value)
+    if src.is_dir():
+        shown = ", ".join(members[:10]) + (", ..." if len(members) > 10 else "")
+        holds = f"it holds the folder {src.name}/ ({shown}; {len(members)} files): give {src.name} once unpacked"
+    else:
+        holds = f"it holds {src.name} (1 file)"
+    for archive, said in (
+        (
+            zipped,
+            f"is zip-compressed: decompress it first (unzip {zipped.name}) and give the "
+            "file or folder it writes",
+        ),
+        (
+            tarred,
+            f"is a gzip-compressed tar archive: unpack it first (tar -xzf {tarred.name}) "
+            "and give the file or folder it holds",
+        ),
+    ):
+        with pytest.raises(TraceError) as info:
+            read_recording(archive)
+        assert info.value.problem == f"{said}; {holds}", (archive.name, info.value.problem)
+        with pytest.raises(TraceError) as info:
+            load_trace(archive)
+        assert info.value.problem == f"{said}; {holds}", (archive.name, info.value.problem)
+
+
+def test_a_cut_archive_says_its_list_cannot_be_read(tmp_path: Path) -> None:
+    src = KINDS["kvbudget-run-parquet"][0]
+    tarred = tmp_path / "run.tar.gz"
+    with tarfile.open(tarred, "w:gz") as t:
+        t.add(src, arcname=src.name)
+    tarred.write_bytes(tarred.read_bytes()[:300])
     with pytest.raises(TraceError) as info:
         read_recording(tarred)
-    assert (
-        f"is a gzip-compressed tar archive: unpack it first (tar -xzf {tarred.name}) and "
-        "give the file or folder it holds"
-    ) in str(info.value)
+    assert info.value.problem.endswith(
+        "; its list of files cannot be read (EOFError: damaged or cut short?)"
+    ), info.value.problem
 
 
-def test_a_utf16_trace_is_refused_naming_its_encoding_not_binary(tmp_path: Path) -> None:
-    """A trace to simulate (not a recording) in UTF-16 was "a binary file, not a text trace"."""
+def test_a_utf16_trace_is_read_as_a_recording_is(tmp_path: Path) -> None:
+    """A trace to simulate (not a recording) in UTF-16 was "a binary file, not a text trace",
+    then refused with an iconv line while validate read the same text: now read as the UTF-8
+    original, said once (tests/unit/workloads/test_trace_encodings.py reads every shared
+    trace so)."""
+    text = b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "trace.csv").write_bytes(text)
     path = tmp_path / "trace.csv"
-    path.write_bytes(ENCODED["utf-16-le"](b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"))
-    with pytest.raises(TraceError) as info:
-        load_trace(path)
-    assert info.value.problem.startswith(
-        "is UTF-16 LE text (its byte-order mark; Windows PowerShell 5's > and Out-File write so)"
-    )
-    assert "iconv -f utf-16-le -t utf-8 trace.csv > trace-utf8.csv" in info.value.problem
+    path.write_bytes(ENCODED["utf-16-le"](text))
+    loaded = load_trace(path)
+    assert loaded.workload.prompt_tokens.tolist() == [10]
+    said = set(loaded.report.assumed) - set(load_trace(tmp_path / "a" / "trace.csv").report.assumed)
+    assert said == {"read trace.csv as UTF-16 LE text (the byte-order mark it starts with)"}
 
 
 def test_validate_reads_a_utf16_copy_and_refuses_a_cut_one_in_one_line(tmp_path: Path) -> None:
@@ -401,8 +489,7 @@ def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
     lines = src.read_bytes().splitlines(keepends=True)
     path = tmp_path / "benchmarks.yaml"
     for fraction in (0.2, 0.5, 0.9, 0.99, *((0.999,) if version == "0.8.1" else ())):
-        # 0.2-0.6 cut after the last benchmark's type_ lose keys after it (``worker``,
-        # ``warmup_duration``; 0.6's ``metadata`` beside its ``args``) unseen: left
+        # a cut after the last benchmark's type_: the test below
         keep = int(len(lines) * fraction)
         path.write_bytes(b"".join(lines[:keep]))
         with pytest.raises(TraceError) as info:
@@ -411,5 +498,29 @@ def test_a_guidellm_yaml_report_cut_at_a_line_end_is_refused_not_read_short(
         assert info.value.problem.endswith(
             "cut short (was the tool stopped while it wrote the file?)"
         ), (fraction, info.value)
+    path.write_bytes(b"".join(lines))
+    assert len(read_recording(path)) == len(read_recording(src))
+
+
+@pytest.mark.parametrize("version", ["0.2.1", "0.3.1", "0.4.0", "0.5.4", "0.6.1"])
+def test_a_guidellm_yaml_report_cut_after_its_last_type_is_refused(
+    tmp_path: Path, version: str
+) -> None:
+    """Cut at any line after the last benchmark's ``type_`` (a killed run, a copy
+    interrupted), a 0.2-0.6 report lost what GuideLLM's sorted ``yaml.dump`` writes after it:
+    0.2-0.3's ``worker``, 0.4-0.6's ``warmup_duration``, 0.5-0.6's ``metadata`` with its
+    version, and read as whole. Each such cut is refused in one line; whole, it reads."""
+    src = FIXTURES / f"guidellm-{version}" / "constant.yaml"
+    lines = src.read_bytes().splitlines(keepends=True)
+    last_type = max(i for i, line in enumerate(lines) if line.startswith(b"  type_: "))
+    path = tmp_path / "constant.yaml"
+    assert len(lines) > last_type + 1  # something comes after it in every version
+    for keep in range(last_type + 1, len(lines)):
+        path.write_bytes(b"".join(lines[:keep]))
+        with pytest.raises(TraceError) as info:
+            read_recording(path)
+        text = str(info.value)
+        assert "\n" not in text and info.value.line == keep, (keep, text)
+        assert text.endswith("cut short (was the tool stopped while it wrote the file?)"), text
     path.write_bytes(b"".join(lines))
     assert len(read_recording(path)) == len(read_recording(src))
