@@ -68,6 +68,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     chat_template_note,
     client_backend,
     client_generation,
+    dated_before_0_7,
     first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
@@ -288,7 +289,8 @@ def _textless(doc: Mapping[str, Any], errors: list[Any], measured: tuple[FloatAr
     ``calculate_metrics``: ``actual_output_lens.append(0)``) and no TTFT, and the mask of them:
     the script before vLLM 0.7.0 writes that error for a request the server answered with
     empty text, which the server prefilled and decoded as :func:`_silent`'s answers without a
-    word (:func:`textless_note` says when that is assumed). SGLang's and TensorRT-LLM's
+    word, where the file is dated before 0.7.0 (a later or undated one keeps them failed:
+    :func:`textless_note` says both). SGLang's and TensorRT-LLM's
     copies, and ``vllm bench serve`` (0.8.5 on: a stream without a choice), are left failed."""
     output, ttft = measured
     textless = failed & ~(ttft > 0) & np.array(
@@ -297,6 +299,8 @@ def _textless(doc: Mapping[str, Any], errors: list[Any], measured: tuple[FloatAr
             not textless.any():
         return output, ttft, np.zeros_like(failed)
     notes.append(textless_note(doc, int(textless.sum()), "" if line is None else f"line {line}: "))
+    if not dated_before_0_7(doc):  # a later script's: the error is a failure (said)
+        return output, ttft, np.zeros_like(failed)
     return (np.where(textless, np.fmax(output, 1.0), output), np.where(textless, np.nan, ttft),
             textless)
 
