@@ -266,11 +266,11 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     document, or a list under one of its keys), or, with ``one_a_line`` (``doc`` is the first
     line of a JSON lines file), one of them (:func:`_one_request`); what they hold, whether a
     send time is among their keys, and what to write instead; None where no such object is
-    found. A list whose first object is the run's aggregate figures and the rest requests
-    (github.com/rsevilla87/guidellm-results-parser 54a97206 README.md: its ``--verbose`` output,
-    ``guidellmBenchmarkSummary`` then one ``guidellmRequestResult`` or ``guidellmRequestError``
-    a request) was said to hold as many per-request results as objects, with the summary's keys
-    shown as theirs: the two are now told apart."""
+    found. A list whose first object is the run's aggregate figures and the rest requests (the
+    layout of github.com/rsevilla87/guidellm-results-parser's ``--verbose`` output, which
+    :mod:`kvbudget.results.recorded_guidellm_parser` names before this is asked) was said to
+    hold as many per-request results as objects, with the summary's keys shown as theirs: the
+    two are now told apart."""
     for where, items in _object_lists(doc):
         summary = len(items) > 1 and _summary_ahead(items[0], items[1])
         said = _requests_said([str(k) for k in items[1 if summary else 0]])

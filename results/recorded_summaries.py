@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
 from kvbudget.workloads.text_files import open_utf8
@@ -491,7 +492,7 @@ def summary_refusal(doc: Any) -> str | None:
     """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, one
     sentence about the whole file (raised with no field: "field 'input_lens': is a vLLM ..."
     read as if the field were the file); None when it is not such a file."""
-    trtllm = trtllm_bench_refusal(doc)
+    trtllm = trtllm_bench_refusal(doc) or guidellm_parser_refusal(doc)
     if trtllm:
         return trtllm
     if isinstance(doc, Mapping):

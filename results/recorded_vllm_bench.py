@@ -62,9 +62,13 @@ from kvbudget.results.recorded_summaries import (
     summary_refusal,
 )
 from kvbudget.results.recorded_vllm_bench_client import (
+    BENCHMARK_SERVING,
+    NO_TEXT_ERROR,
     async_scheduling_note,
     chat_template_note,
     client_backend,
+    client_generation,
+    dated_before_0_7,
     first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
@@ -72,6 +76,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     scaled_sends,
     server_metrics_note,
     text_chunks_note,
+    textless_note,
     v0_engine_note,
 )
 from kvbudget.results.recorded_vllm_bench_peak import PEAK_KEY, recorded_peak
@@ -273,6 +278,31 @@ def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
                  "prefilled as the server did, and left out of the measured statistics (no "
                  "TTFT)")
     return np.where(silent, 1.0, output), np.where(silent, np.nan, ttft)
+
+
+def _textless(doc: Mapping[str, Any], errors: list[Any], measured: tuple[FloatArray, FloatArray],
+              failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None, notes: list[str]
+              ) -> tuple[FloatArray, FloatArray, np.ndarray[Any, np.dtype[np.bool_]]]:
+    """``output`` and ``ttft`` of ``measured``, with each request of a vLLM
+    benchmarks/benchmark_serving.py file (:func:`client_generation`) saved as failed with
+    :data:`NO_TEXT_ERROR` given 1 output token (``output_lens`` holds 0 for a failed request,
+    ``calculate_metrics``: ``actual_output_lens.append(0)``) and no TTFT, and the mask of them:
+    the script before vLLM 0.7.0 writes that error for a request the server answered with
+    empty text, which the server prefilled and decoded as :func:`_silent`'s answers without a
+    word, where the file is dated before 0.7.0 (a later or undated one keeps them failed:
+    :func:`textless_note` says both). SGLang's and TensorRT-LLM's
+    copies, and ``vllm bench serve`` (0.8.5 on: a stream without a choice), are left failed."""
+    output, ttft = measured
+    textless = failed & ~(ttft > 0) & np.array(
+        [isinstance(e, str) and e.startswith(NO_TEXT_ERROR) for e in errors], dtype=bool)
+    if client_generation(doc) != BENCHMARK_SERVING or is_sglang(doc) or is_trtllm(doc) or \
+            not textless.any():
+        return output, ttft, np.zeros_like(failed)
+    notes.append(textless_note(doc, int(textless.sum()), "" if line is None else f"line {line}: "))
+    if not dated_before_0_7(doc):  # a later script's: the error is a failure (said)
+        return output, ttft, np.zeros_like(failed)
+    return (np.where(textless, np.fmax(output, 1.0), output), np.where(textless, np.nan, ttft),
+            textless)
 
 
 def _reasonless_failures(path: Path, doc: Mapping[str, Any], line: int | None,
@@ -602,12 +632,14 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     output = _streamed(output, ttft, itl_count, failed, line, notes)
     failed = _reasonless_failures(path, doc, line, (output, ttft, itl_count), failed, notes)
     output, ttft = _silent(output, ttft, itl_count, failed, line, notes)
+    output, ttft, textless = _textless(doc, errors, (output, ttft), failed, line, notes)
+    failed = failed & ~textless
     _refuse_unstreamed(path, output, itl_count, failed, line)
     where = "" if line is None else f"line {line}: "
     if latencies is None:
         notes.append(f"{where}no latencies in the file: E2E = TTFT + the sum of the "
                      "inter-token times")
-    e2e = latencies if latencies is not None else ttft + itl_sum
+    e2e = np.where(textless, np.nan, latencies if latencies is not None else ttft + itl_sum)
     _check_times(path, line, "ttfts", np.where(failed, np.nan, ttft))
     _check_times(path, line, e2e_key, np.where(failed, np.nan, e2e))
     if starts is not None:

@@ -408,3 +408,54 @@ def text_chunks_note(doc: Mapping[str, Any], tool: str) -> str | None:
             "between such chunks (text the server held back arrives as tokens at once); and it "
             "counted output_lens by retokenizing the answer's text, not the server's count: "
             "each is simulated as that count")
+
+
+NO_TEXT_ERROR = "Never received a valid chunk to calculate TTFT."
+"""The error benchmarks/backend_request_func.py's ``async_request_openai_completions`` saves
+for a request whose stream gave it no first token (the ``vllm``, ``openai``, ``sglang``,
+``lmdeploy`` and ``scalellm`` backends; the chat, TGI, TensorRT-LLM and DeepSpeed-MII functions
+never write it). In 0.6.6.post1 it is written only inside ``if response.status == 200``, after
+the stream ended with ``[DONE]`` (which sets ``latency``; without it ``output.latency = latency``
+raises and the ``except`` branch saves a traceback instead), where no chunk's
+``data["choices"][0]["text"]`` was truthy (a chunk without ``choices``, such as the server's
+``{"error": ...}`` event, raises ``KeyError`` there: a traceback too): the server answered, and
+every chunk of its answer carried empty text. From 0.7.0 the function counts any chunk with
+``choices`` ("text could be empty here e.g. for special tokens"), so the same error means the
+stream carried no choice at all: a server's error event before the first token, a failure."""
+
+
+def dated_before_0_7(doc: Mapping[str, Any]) -> bool:
+    """Whether a file's ``date`` (the script's ``%Y%m%d-%H%M%S``) is before
+    :data:`TEXT_CHUNKS_BEFORE`, vLLM 0.7.0's upload: its script was 0.6's or older."""
+    date = doc.get("date")
+    return (isinstance(date, str) and re.fullmatch(r"\d{8}-\d{6}", date) is not None
+            and date[:8] < TEXT_CHUNKS_BEFORE)
+
+
+def textless_note(doc: Mapping[str, Any], count: int, where: str) -> str:
+    """The note of ``count`` requests of a benchmarks/benchmark_serving.py file saved as failed
+    with :data:`NO_TEXT_ERROR`: simulated as served where the file is dated before
+    :data:`TEXT_CHUNKS_BEFORE` (:func:`dated_before_0_7`), kept failed where it is dated later
+    or undated (the script of 0.7.0 to 0.10.1.1, the same keys, writes the error for a stream
+    that carried no choice: a failure), with what a 0.6 script would have meant."""
+    error = f"{where}{count} requests saved as failed with 'Never received a valid chunk to " \
+        "calculate TTFT'"
+    if dated_before_0_7(doc):
+        return error + (
+            " were served: benchmarks/benchmark_serving.py before vLLM 0.7.0 (0.6.6.post1's "
+            "backend_request_func.py) writes that error only after a 200 stream that ended with "
+            "[DONE] and whose every chunk carried empty text (the model ended at once, or its "
+            "tokens decoded to none); each is simulated as served, its prompt prefilled and 1 "
+            "output token (output_lens holds 0 for a failed request), and left out of the "
+            "measured statistics (a server that ended a request unserved with a 200 stream of "
+            "empty-text chunks would read the same: assumed it did not)")
+    date = doc.get("date")
+    dated = (f"dated {date[:4]}-{date[4:6]}-{date[6:8]}" if isinstance(date, str)
+             and re.fullmatch(r"\d{8}-\d{6}", date) else "undated")
+    return error + (
+        f" are kept as failures: this file is {dated}, so its script is taken for vLLM 0.7.0 or "
+        "later's, which writes that error where the server's stream carried no choice at all "
+        "(its error event before the first token). Its fields cannot tell it from 0.6.6's "
+        "(the same keys), which writes it only for a 200 stream of empty-text chunks: if an "
+        "older script wrote it, the server served them and the simulated load is lighter by "
+        f"{count} requests")

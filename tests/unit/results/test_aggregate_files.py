@@ -628,8 +628,11 @@ PARSED_VERBOSE = [
 
 
 def test_a_summary_ahead_of_the_requests_is_not_counted_as_one(tmp_path: Path) -> None:
+    # the parser's own output is named (test_guidellm_results_parser_output_is_named); the same
+    # layout without its metricName is a home-made summary-then-requests file
     path = tmp_path / "parsed_results.json"
-    path.write_text(json.dumps(PARSED_VERBOSE, indent=2))
+    home_made = [{k: v for k, v in d.items() if k != "metricName"} for d in PARSED_VERBOSE]
+    path.write_text(json.dumps(home_made, indent=2))
     with pytest.raises(TraceError) as err:
         read_recording(path)
     said = str(err.value)
@@ -643,3 +646,94 @@ def test_a_summary_ahead_of_the_requests_is_not_counted_as_one(tmp_path: Path) -
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "holds 2 per-request result(s) in a layout" in str(err.value)
+
+
+# rsevilla87/guidellm-results-parser (Apache-2.0) parses a GuideLLM report into figures for
+# OpenSearch. Hand-made in its three layouts (guidellm_parser.py parse_benchmarks): the object
+# committed as parsed_results.json at d6d69459 (benchmark_id, run_id, flat means and p99s); the
+# list of d6d69459's README (its summary, then a request an item: ttft_ms, no token counts);
+# the later metricName list (guidellmBenchmarkSummary alone without --verbose). Each was
+# refused as aggregate figures or requests of "no tool kvbudget reads", to rewrite by hand,
+# though the report it was parsed from is a GuideLLM report kvbudget reads.
+PARSER_SUMMARY = {
+    "total_requests": 30,
+    "successful_requests": 28,
+    "errored_requests": 0,
+    "incomplete_requests": 2,
+    "backend_model": "m",
+    "prompt_tokens": 64,
+    "output_tokens": 32,
+    "ttft_mean_ms": 50.0,
+    "ttft_p99_ms": 70.0,
+    "itl_mean_ms": 5.0,
+    "itl_p99_ms": 6.0,
+    "throughput_mean_rps": 2.0,
+    "time_per_output_token_mean_ms": 5.1,
+    "time_per_output_token_p99_ms": 6.2,
+}
+PARSER_REQUEST = {
+    "timestamp": "2025-10-01T10:00:00.250000",
+    "errored": False,
+    "completed": True,
+    "request_latency_seconds": 0.21,
+    "tokens_per_second": 457.0,
+    "output_tokens_per_second": 152.0,
+    "tpot_ms": 5.2,
+    "itl_ms": 5.3,
+    "ttft_ms": 52.0,
+    "uuid": "run-1",
+    "job_name": "chat",
+}
+PARSER = "is rsevilla87/guidellm-results-parser's output (guidellm_parser.py --output: the "
+REPORT = (
+    "pass that report instead (the file its --results read, benchmarks.json by default), "
+    "which lists the run's requests"
+)
+PUBLISHED_REPORT = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "recordings"
+    / "published"
+    / "guidellm-results-parser-qwen3-0.6b-constant10-excerpt.json"
+)
+
+
+@pytest.mark.parametrize(
+    ("doc", "requests"),
+    [
+        (PARSER_SUMMARY | {"benchmark_id": "b", "run_id": "r", "type": "generative_benchmark"}, 0),
+        (
+            [
+                PARSER_SUMMARY | {"uuid": "run-1", "job_name": "chat"},
+                PARSER_REQUEST,
+                PARSER_REQUEST,
+            ],
+            2,
+        ),
+        (
+            [
+                {
+                    "metricName": "guidellmBenchmarkSummary",
+                    "uuid": "u",
+                    "ttft_mean_ms": 1.0,
+                    "ttft_p99_ms": 2.0,
+                }
+            ],
+            0,
+        ),
+        (PARSED_VERBOSE, 2),
+    ],
+)
+def test_guidellm_results_parser_output_is_named(tmp_path: Path, doc: Any, requests: int) -> None:
+    path = tmp_path / "parsed_results.json"
+    path.write_text(json.dumps(doc, indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert PARSER in said and REPORT in said
+    assert "aggregate figures of a GuideLLM report's first benchmark" in said
+    held = f"then {requests} request(s) with their start and latencies but no token counts"
+    assert (held in said) == bool(requests)
+    assert NEEDS not in said and "no tool kvbudget reads" not in said
+    # the report it points to is read: the repository's own example_output/benchmarks.json
+    assert read_recording(PUBLISHED_REPORT).tool == "guidellm"

@@ -193,3 +193,56 @@ def test_a_script_file_dated_before_0_7_says_it_timed_text_chunks_and_retokenize
     doc = json.loads((V0_10 / "rate8.json").read_text()) | {"date": "20241215-101010"}
     (tmp_path / "run.json").unlink()
     assert not notes(read_recording(write(tmp_path, doc)), start)
+
+
+NO_TEXT = "1 requests saved as failed with 'Never received a valid chunk to calculate TTFT'"
+
+
+@pytest.mark.parametrize("name", ["rate8.json", "concurrency4.json", "burst05_c2.json"])
+def test_a_0_6_6_request_failed_for_empty_text_is_simulated_as_served(
+    tmp_path: Path, name: str
+) -> None:
+    # 0.6.6.post1's backend_request_func.py (async_request_openai_completions) writes "Never
+    # received a valid chunk to calculate TTFT" only after a 200 stream that ended with [DONE]
+    # whose every chunk's choices[0]["text"] was empty: the server prefilled the prompt and
+    # decoded the answer (here the tiny random model's 16 tokens decoded to no text). It was
+    # dropped as failed: 19 of 20 requests simulated, a lighter load than the server carried.
+    # The real files are dated the day they were made here; a user's 0.6.6 file is dated
+    # before 0.7.0's release, as given here
+    doc = json.loads((SCRIPT["0.6.6.post1"] / name).read_text())
+    assert doc["errors"][1].startswith("Never received a valid chunk") and doc["completed"] == 19
+    rec = read_recording(write(tmp_path, doc | {"date": "20241215-101010"}))
+    assert rec.counts["num_failed"] == 0 and rec.counts["num_simulated"] == 20
+    row = rec.measured.iloc[1]
+    assert row["status"] == "completed" and row["output_tokens"] == 1
+    assert row["prompt_tokens"] == doc["input_lens"][1]
+    assert np.isnan(row["ttft_s"]) and np.isnan(row["e2e_s"]) and not row["usable"]
+    said = notes(rec, NO_TEXT)
+    assert len(said) == 1 and "simulated as served, its prompt prefilled and 1 output" in said[0]
+    # as the real file is dated (2026), its script is taken for 0.7.0 or later's, where the
+    # error is a failure: kept failed, and what a 0.6 script would have meant said
+    rec = read_recording(SCRIPT["0.6.6.post1"] / name)
+    assert rec.counts["num_failed"] == 1
+    said = notes(rec, NO_TEXT)
+    assert len(said) == 1 and "are kept as failures: this file is dated 2026-12-07" in said[0]
+    assert "the simulated load is lighter by 1 requests" in said[0]
+
+
+def test_empty_text_failures_dated_before_0_7_are_served_and_later_clients_failures_kept(
+    tmp_path: Path,
+) -> None:
+    doc = json.loads((SCRIPT["0.6.6.post1"] / "rate8.json").read_text())
+    rec = read_recording(write(tmp_path, doc | {"date": "20241215-101010"}))
+    said = notes(rec, NO_TEXT)
+    assert rec.counts["num_failed"] == 0 and len(said) == 1 and "kept as failures" not in said[0]
+    # vllm bench serve (endpoint_type, no backend) writes it where no chunk carried a choice
+    # (0.8.5 on: `if choices := data.get("choices")`): the server's error event, a failure
+    later = {k: v for k, v in doc.items() if k != "backend"} | {
+        "endpoint_type": "vllm", "date": "20241215-101010"}
+    rec = read_recording(write(tmp_path, later))
+    assert rec.counts["num_failed"] == 1 and not notes(rec, NO_TEXT)
+    # another error of the same script (a traceback) stays a failure
+    other = doc | {"date": "20241215-101010",
+                   "errors": ["" if i != 1 else "Traceback ..." for i in range(20)]}
+    rec = read_recording(write(tmp_path, other))
+    assert rec.counts["num_failed"] == 1 and not notes(rec, NO_TEXT)
