@@ -256,6 +256,17 @@ def _streamed(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     return np.where(streamed, itl_count + 1, output)
 
 
+def _without_output(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
+                    failed: np.ndarray[Any, np.dtype[np.bool_]]
+                    ) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """The requests not failed that the file saves with no output: ``output_lens`` 0, ``ttfts``
+    0.0 and no inter-token time (an answer without a word, or a failure with an empty error)."""
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray[Any, np.dtype[np.bool_]] = (
+            ~failed & (output == 0) & (ttft == 0) & (itl_count == 0))
+    return out
+
+
 def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
             failed: np.ndarray[Any, np.dtype[np.bool_]], line: int | None,
             notes: list[str]) -> tuple[FloatArray, FloatArray]:
@@ -267,8 +278,7 @@ def _silent(output: FloatArray, ttft: FloatArray, itl_count: FloatArray,
     completed with ``output_lens`` 0 and ``ttfts`` 0.0 (LambdaLabsML/vllm-benchmark's published
     Llama-3.1-8B run: 3 of 10, 77 % of its prompt tokens): the server prefilled its prompt and
     generated that token, so it is simulated with 1, its times not measured."""
-    with np.errstate(invalid="ignore"):
-        silent = ~failed & (output == 0) & (ttft == 0) & (itl_count == 0)
+    silent = _without_output(output, ttft, itl_count, failed)
     if not silent.any():
         return output, ttft
     where = "" if line is None else f"line {line}: "
@@ -324,9 +334,7 @@ def _reasonless_failures(path: Path, doc: Mapping[str, Any], line: int | None,
     unexplained = n - completed - int(failed.sum())
     if unexplained <= 0:
         return failed
-    output, ttft, itl_count = measured
-    with np.errstate(invalid="ignore"):
-        silent = ~failed & (output == 0) & (ttft == 0) & (itl_count == 0)
+    silent = _without_output(*measured, failed)
     where = "" if line is None else f"line {line}: "
     if not silent.any():  # none can be such a failure: the counts disagree for another reason
         notes.append(f"{where}completed is {completed} of {n} requests, but {n - int(failed.sum())} "
