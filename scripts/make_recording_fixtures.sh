@@ -33,7 +33,7 @@
 #                                                      # genai-bench, genai-bench-options;
 #                                                      # sglang (bench_serving);
 #                                                      # vllm-benchmark (vllm_bench
-#                                                      # run_only, a harness);
+#                                                      # run_only, a harness); locust;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
@@ -1304,6 +1304,34 @@ PYEOF
     cp "$run/reports"/{summary.json,runs.csv,engines.csv} "$dest/reports/"
 }
 
+run_locust() {
+    # Locust 2.47.0, the general load tool people point at LLM servers with a locustfile of their
+    # own (genai-bench drives it; bentoml/llm-bench's rows are its history): 2 users, each
+    # sending a 16-token completion as soon as its last returned (wait_time constant(0)), for
+    # 6 s. It writes aggregates only (locust/stats.py StatsCSV: --csv's *_stats.csv,
+    # *_stats_history.csv, *_failures.csv, *_exceptions.csv; --json-file's stats, one object an
+    # endpoint with its response-time histogram), all kept.
+    local ver=2.47.0 py dest
+    py=$(tool_venv locust "$ver" python3)
+    dest="$OUT/locust-$ver"
+    rm -rf "$dest" && mkdir -p "$dest"
+    cat >"$WORK/locustfile.py" <<'PYEOF'
+from locust import HttpUser, constant, task
+
+
+class Completions(HttpUser):
+    wait_time = constant(0)
+
+    @task
+    def complete(self):
+        self.client.post("/v1/completions", json={"model": "tiny", "prompt": "a request",
+                                                  "max_tokens": 16, "ignore_eos": True})
+PYEOF
+    (cd "$dest" && "$(dirname "$py")/locust" -f "$WORK/locustfile.py" --host "$URL" --headless \
+        -u 2 -r 2 -t 6s --csv tiny --csv-full-history --json-file tiny --only-summary \
+        --loglevel WARNING)
+}
+
 run_sglang() {
     # SGLang's python -m sglang.bench_serving against the CPU vLLM, each run one line of JSON
     # appended to its --output-file with the per-request lists (--output-details: input_lens,
@@ -1445,7 +1473,7 @@ TOOLS=("$@")
                                     inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
                                     evalscope evalscope-options genai-bench
-                                    genai-bench-options sglang vllm-benchmark vllm-otel)
+                                    genai-bench-options sglang vllm-benchmark locust vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -1491,6 +1519,7 @@ for tool in "${TOOLS[@]}"; do
     genai-bench-options) run_genai_bench_options ;;
     sglang) run_sglang ;;
     vllm-benchmark) run_vllm_benchmark ;;
+    locust) run_locust ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
