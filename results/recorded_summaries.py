@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
+from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
 from kvbudget.results.recorded_vllm_benchmark import (
@@ -497,7 +498,7 @@ def summary_refusal(doc: Any) -> str | None:
     sentence about the whole file (raised with no field: "field 'input_lens': is a vLLM ..."
     read as if the field were the file); None when it is not such a file."""
     trtllm = (trtllm_bench_refusal(doc) or guidellm_parser_refusal(doc)
-              or vllm_benchmark_refusal(doc))
+              or vllm_benchmark_refusal(doc) or locust_refusal(doc))
     if trtllm:
         return trtllm
     if isinstance(doc, Mapping):
@@ -734,7 +735,7 @@ def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
-    harness = vllm_benchmark_csv_refusal(header)
+    harness = vllm_benchmark_csv_refusal(header) or locust_csv_refusal(header)
     if harness:
         return harness
     if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
