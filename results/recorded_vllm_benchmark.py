@@ -41,7 +41,7 @@ RUNS_COLUMNS = [
     "output_rows",
     "error",
 ]
-"""The header of its ``reports/runs.csv`` (``reports/generator.py:45-57``)."""
+"""The header of its ``reports/runs.csv`` (``reports/generator.py:45-58``)."""
 
 ENGINES_COLUMNS = ["benchmark", "scenario", "repeat", "status", "engine", "error"]
 """How its ``reports/engines.csv`` opens (a trial's keys, then ``metrics.py`` ``deltas``)."""
