@@ -27,7 +27,9 @@ import json
 import re
 from pathlib import Path
 
+from kvbudget.results.recorded_locust import locust_dir_refusal
 from kvbudget.results.recorded_summaries import summary_refusal
+from kvbudget.results.recorded_vllm_benchmark import vllm_benchmark_dir_refusal
 from kvbudget.results.run_result import REQUESTS_FILE, SUMMARY_FILE, TIMELINE_FILE
 from kvbudget.workloads.text_files import open_utf8, read_text
 
@@ -291,9 +293,12 @@ def tool_dir_refusal(path: Path, usage: str = RECORDS_USAGE) -> str | None:
     """Why the directory ``path`` cannot be read as a run, naming the file to pass in the
     command's form ``usage`` (:data:`RECORDS_USAGE`), or None where it has any file of a
     kvbudget run directory (read, and refused, as one)."""
+    harness = vllm_benchmark_dir_refusal(path)  # its reports/ holds a summary.json too
+    if harness:
+        return harness
     if any((path / n).exists() for n in KVBUDGET_FILES) or next(path.glob("*.part.jsonl"), None):
         return None  # kvbudget's own (a damaged run, or a serve run left open): said as one
-    said = _per_request(path, usage) or _summaries_in(path, path)
+    said = _per_request(path, usage) or _summaries_in(path, path) or locust_dir_refusal(path)
     if said:
         return said
     data = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in DATA_SUFFIXES)

@@ -20,8 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
+from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
+from kvbudget.results.recorded_vllm_benchmark import (
+    vllm_benchmark_csv_refusal,
+    vllm_benchmark_refusal,
+)
 from kvbudget.workloads.text_files import open_utf8
 
 LLMPERF_REQUEST_KEYS = frozenset({"ttft_s", "end_to_end_latency_s", "number_input_tokens"})
@@ -492,7 +497,8 @@ def summary_refusal(doc: Any) -> str | None:
     """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, one
     sentence about the whole file (raised with no field: "field 'input_lens': is a vLLM ..."
     read as if the field were the file); None when it is not such a file."""
-    trtllm = trtllm_bench_refusal(doc) or guidellm_parser_refusal(doc)
+    trtllm = (trtllm_bench_refusal(doc) or guidellm_parser_refusal(doc)
+              or vllm_benchmark_refusal(doc) or locust_refusal(doc))
     if trtllm:
         return trtllm
     if isinstance(doc, Mapping):
@@ -729,6 +735,9 @@ def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
         return ("is a table of aggregates, one row a metric (AIPerf's "
                 "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
                 "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+    harness = vllm_benchmark_csv_refusal(header) or locust_csv_refusal(header)
+    if harness:
+        return harness
     if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
         return _offline_refusal({"avg_ts": 0, "n_prompt": 0, "n_gen": 0})
     if "mean_ttft_ms" in header and {"completed", "request_throughput"} & set(header) and \

@@ -32,6 +32,8 @@
 #                                                      # evalscope, evalscope-options;
 #                                                      # genai-bench, genai-bench-options;
 #                                                      # sglang (bench_serving);
+#                                                      # vllm-benchmark (vllm_bench
+#                                                      # run_only, a harness); locust;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
@@ -57,6 +59,18 @@
 # nvidia-cuda-runtime-cu12) but, given genai-perf's command (--service-kind openai
 # --request-count 20 --stability-percentage 999, streaming from inputs.json), never end: they
 # sent 9,926 and 1,739 requests in 300 s and 60 s (their --streaming is gRPC/C API only).
+# Not run, from PyPI's names (checked 2026-12-07): llmperf 0.0.1 is a placeholder of another author
+# (theodoreniu/llmperf: llmperf/main.py prints "Hello, World! This is llmperf."), and
+# ray-project/llmperf is not on PyPI (a checkout of token_benchmark_ray.py needs Ray); llm-optimizer
+# 0.2.0-0.4.3 is banerjeeso/llm-optimizer, an API-cost library (anthropic client, prompt caching,
+# routing), not bentoml/llm-optimizer, which is not on PyPI; llm-bench 0.4.32 and llm-benchmark
+# 0.5.5 time Ollama's own API through the ollama client, no OpenAI-compatible endpoint; fmbench
+# 2.1.1 (AWS FMBench, read from its wheel, not installed: it requires vllm>=0.6.6.post1 and
+# torch, sagemaker, ray, jupyter and papermill) cannot start here: every step imports
+# fmbench/globals.py, which at import asks AWS STS for the caller's identity (line 54,
+# get_caller_identity(), unconditional) and, with no AWS region configured, the EC2 instance
+# metadata address 169.254.169.254 for one (lines 44-48): neither is reachable from this
+# machine, and no test may send to either.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -1220,6 +1234,104 @@ run_genai_bench_options() {
     cp "$WORK/gb-options/two_scenarios"/*.json "$dest/"
 }
 
+run_vllm_benchmark() {
+    # viniciusCSreis/vllm_benchmark (PyPI vllm-benchmark 0.1.1, the `vllm_bench` command): a
+    # harness that starts services (Docker Compose or Modal) and runs the user's own benchmark
+    # script against them; `run_only --service-url leader=URL` runs it against a server already
+    # up (cli.py, runner.py run_only). It sends no request itself: it samples the server's
+    # Prometheus /metrics every sample_interval (metrics.py monitor: metrics_samples.jsonl,
+    # metrics_before.json, metrics_after.json) and saves the script's run time and the
+    # counters' differences (result.json's engines, metrics.py deltas), then the reports
+    # (reports/generator.py: summary.json, runs.csv, engines.csv, PNGs). The script here: 8
+    # completions of 16 tokens, 2 threads (a closed loop of 2), its response.json listing them.
+    # Kept: the trial folder without the log and the context (absolute paths), and the run's
+    # summary.json, runs.csv and engines.csv.
+    local ver=0.1.1 py proj run trial dest
+    py=$(tool_venv vllm-benchmark "$ver" python3)
+    proj="$WORK/vllm-bench-project"
+    mkdir -p "$proj/.vllm_bench/configs"
+    cat >"$proj/.vllm_bench/configs/base.yaml" <<'YAML'
+name: tiny
+services:
+  leader:
+    role: leader
+    health_path: /health
+    metrics_path: /metrics
+scenarios:
+  closed2:
+    args: {concurrency: 2}
+    services: [leader]
+benchmarks:
+  completions:
+    script: benchmark.py
+    script_args: {num_requests: 8, max_tokens: 16}
+    scenarios: [closed2]
+sample_interval: 0.5
+YAML
+    echo "global_args: {model: tiny}" >"$proj/.vllm_bench/configs/local_cpu.yaml"
+    cat >"$proj/benchmark.py" <<'PYEOF'
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+from vllm_bench import enviroment
+
+url = enviroment.leader.url + "/v1/completions"
+num, max_tokens = enviroment.get_arg("num_requests"), enviroment.get_arg("max_tokens")
+workers = enviroment.get_arg("concurrency", scope="scenario")
+
+
+def send(i):
+    body = {"model": enviroment.global_args["model"], "prompt": f"request {i} of the run",
+            "max_tokens": max_tokens, "ignore_eos": True}
+    answer = requests.post(url, json=body, timeout=120).json()
+    return {"request": i, "usage": answer["usage"]}
+
+
+with ThreadPoolExecutor(workers) as pool:
+    results = list(pool.map(send, range(num)))
+(enviroment.output_dir / "response.json").write_text(json.dumps({"results": results}))
+PYEOF
+    "$(dirname "$py")/vllm_bench" --current-dir "$proj" run_only --config local_cpu \
+        --benchmark completions --scenario closed2 --service-url "leader=$URL"
+    run="$proj/results/external-tiny/run001"
+    trial="$run/data/completions/closed2/run_1"
+    dest="$OUT/vllm-benchmark-$ver"
+    rm -rf "$dest" && mkdir -p "$dest/data/completions/closed2/run_1" "$dest/reports"
+    cp "$run/run.json" "$dest/"
+    cp "$trial"/{result.json,response.json,metrics_samples.jsonl,metrics_before.json} \
+        "$trial/metrics_after.json" "$dest/data/completions/closed2/run_1/"
+    cp "$run/reports"/{summary.json,runs.csv,engines.csv} "$dest/reports/"
+}
+
+run_locust() {
+    # Locust 2.47.0, the general load tool people point at LLM servers with a locustfile of their
+    # own (genai-bench drives it; bentoml/llm-bench's rows are its history): 2 users, each
+    # sending a 16-token completion as soon as its last returned (wait_time constant(0)), for
+    # 6 s. It writes aggregates only (locust/stats.py StatsCSV: --csv's *_stats.csv,
+    # *_stats_history.csv, *_failures.csv, *_exceptions.csv; --json-file's stats, one object an
+    # endpoint with its response-time histogram), all kept.
+    local ver=2.47.0 py dest
+    py=$(tool_venv locust "$ver" python3)
+    dest="$OUT/locust-$ver"
+    rm -rf "$dest" && mkdir -p "$dest"
+    cat >"$WORK/locustfile.py" <<'PYEOF'
+from locust import HttpUser, constant, task
+
+
+class Completions(HttpUser):
+    wait_time = constant(0)
+
+    @task
+    def complete(self):
+        self.client.post("/v1/completions", json={"model": "tiny", "prompt": "a request",
+                                                  "max_tokens": 16, "ignore_eos": True})
+PYEOF
+    (cd "$dest" && "$(dirname "$py")/locust" -f "$WORK/locustfile.py" --host "$URL" --headless \
+        -u 2 -r 2 -t 6s --csv tiny --csv-full-history --json-file tiny --only-summary \
+        --loglevel WARNING)
+}
+
 run_sglang() {
     # SGLang's python -m sglang.bench_serving against the CPU vLLM, each run one line of JSON
     # appended to its --output-file with the per-request lists (--output-details: input_lens,
@@ -1361,7 +1473,7 @@ TOOLS=("$@")
                                     inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
                                     evalscope evalscope-options genai-bench
-                                    genai-bench-options sglang vllm-otel)
+                                    genai-bench-options sglang vllm-benchmark locust vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -1406,6 +1518,8 @@ for tool in "${TOOLS[@]}"; do
     evalscope-options) run_evalscope_options ;;
     genai-bench-options) run_genai_bench_options ;;
     sglang) run_sglang ;;
+    vllm-benchmark) run_vllm_benchmark ;;
+    locust) run_locust ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

@@ -171,21 +171,33 @@ RUN_RECORDS = frozenset({"status", "first_token_s", "ttft_s"})
 trace has."""
 
 
-def _check_not_run_records(path: Path) -> None:
-    """A run's records given as a trace are refused: their ``output_tokens`` are what the run
-    generated (0 for a refused request, part of the answer for a dropped one), not what the
-    requests would, and their prefix hashes are gone."""
+def _first_names(path: Path) -> set[str] | None:
+    """The columns of a generic file (its header, first JSON line's keys or Parquet schema),
+    or None where they cannot be read here (the loader's own error says why)."""
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             import pyarrow.parquet as pq
 
-            names = set(pq.read_schema(path).names)
-        else:
-            first = file_facts(path).first_line.strip()
-            names = set(json.loads(first)) if first.startswith("{") else set(split_header(first))
-    except Exception:  # not readable here: the loader's own error says why
-        return
-    if names >= RUN_RECORDS:
+            return set(pq.read_schema(path).names)
+        first = file_facts(path).first_line.strip()
+        return set(json.loads(first)) if first.startswith("{") else set(split_header(first))
+    except Exception:
+        return None
+
+
+def _has_arrivals(path: Path, options: TraceOptions) -> bool:
+    """Whether a generic file has a send-time column (``arrival_s``, or the one mapped to it);
+    True where its columns cannot be read."""
+    names = _first_names(path)
+    return names is None or (options.columns or {}).get("arrival_s", "arrival_s") in names
+
+
+def _check_not_run_records(path: Path) -> None:
+    """A run's records given as a trace are refused: their ``output_tokens`` are what the run
+    generated (0 for a refused request, part of the answer for a dropped one), not what the
+    requests would, and their prefix hashes are gone."""
+    names = _first_names(path)
+    if names is not None and names >= RUN_RECORDS:
         raise TraceError(path, "is a run's records (its status, ttft_s, first_token_s), not a "
                          "trace: their output_tokens are what the run generated, not what the "
                          "requests ask for; give the trace the run read (the generic format, "
@@ -268,5 +280,12 @@ def _load(path: Path, options: TraceOptions, seed: Callable[[], int] | None) -> 
                 raise TraceError(exc.path, f"{exc.problem} (is the format right? the file "
                                  f"looks like {detected}, not {options.format})", line=exc.line,
                                  row=exc.row, field=exc.field) from None
+        elif fmt == "generic" and exc.problem.startswith("missing column") and \
+                not _has_arrivals(path, options):
+            # a table with a token column but no send time nor the other count (vllm_bench's
+            # engines.csv: prompt_tokens beside generation_tokens, one row a trial) is likelier
+            # a load tool's output than a trace: the way to recordings is said too
+            raise TraceError(exc.path, f"{exc.problem}; {RECORDING_HINT}", line=exc.line,
+                             row=exc.row, field=exc.field) from None
         raise
     return finish(raw, options, streams)

@@ -787,6 +787,32 @@ def test_a_missing_generic_column_says_how_to_map_the_one_that_holds_it(
         assert len(loaded.workload) >= 1
 
 
+@pytest.mark.parametrize(("text", "hinted"), [
+    # a table of counts a row, no send time (vllm_bench's engines.csv has these columns): a
+    # load tool's output more likely than a trace, so the way to recordings is said
+    ("engine,requests,prompt_tokens,generation_tokens,requests_per_sec\nleader-1,8,48,128,5.8\n",
+     True),
+    # a trace with its send times and a column to map: only the mapping is said
+    ("arrival_s,prompt_tokens,completion_tokens\n0,1,1\n", False),
+    ("ts,prompt_tokens\n0,1\n", True),
+])
+def test_a_generic_file_without_send_times_missing_a_count_names_the_recordings_way(
+        tmp_path: Path, text: str, hinted: bool) -> None:
+    """vllm_bench's engines.csv given to simulate --trace was read as a generic trace (its
+    prompt_tokens column) and told only to map output_tokens, no word of validate --records,
+    which names it; ``--column arrival_s=ts`` counts as a send-time column."""
+    path = write(tmp_path / "t.csv", text)
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    said = str(info.value)
+    assert "missing column 'output_tokens'" in said and "\n" not in said
+    assert ("kvbudget validate --records FILE" in said) is hinted
+    if hinted and text.startswith("ts,"):
+        with pytest.raises(TraceError) as info:
+            load_trace(path, TraceOptions(columns={"arrival_s": "ts"}))
+        assert "kvbudget validate --records" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
