@@ -236,8 +236,8 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
      "it is k6's --out csv output (one row a metric sample)"),
     # Locust's --csv PREFIX_stats.csv: the header of locustio/locust 0070e8b locust/stats.py
     # StatsCSV.requests_csv_columns (its default PERCENTILES_TO_REPORT), one row a request
-    # name and the Aggregated row; report said "not a directory", validate --records what
-    # it is
+    # name and the Aggregated row; report said "not a directory", then named it aggregates of
+    # no tool; now Locust's, as validate --records says it
     ("run_stats.csv", "Type,Name,Request Count,Failure Count,Median Response Time,Average "
      "Response Time,Min Response Time,Max Response Time,Average Content Size,Requests/s,"
      "Failures/s,50%,66%,75%,80%,90%,95%,98%,99%,99.9%,99.99%,100%\n"
@@ -245,8 +245,8 @@ def test_report_of_a_load_tools_result_names_the_command_that_reads_it(
      "2000,2400,2800,3000,3100,3100,3100\n"
      ",Aggregated,120,0,1500,1523.4,800,3100,512.0,2.0,0.0,1500,1600,1700,1800,2000,2400,"
      "2800,3000,3100,3100,3100\n",
-     "it holds aggregate figures, one row a run or a metric (Median Response Time, Average "
-     "Response Time, Average Content Size), not per-request records"),
+     "it is Locust's --csv *_stats.csv: one row an endpoint and their aggregate (request "
+     "count, mean and percentile response times), no request"),
     # a home-made benchmark's JSON of aggregates (recorded_aggregates), as validate says it
     ("bench.json", json.dumps({"mean_ttft_ms": 12.0, "p99_ttft_ms": 30.1, "throughput": 5.2}),
      "it holds aggregate figures (mean_ttft_ms, p99_ttft_ms, throughput), not per-request"),
