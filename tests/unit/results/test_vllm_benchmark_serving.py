@@ -60,7 +60,7 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
     ("version", "name", "stage"),
     [
         (v, name, stage)
-        for v in SCRIPT
+        for v in (*SCRIPT, "0.10.1.1")
         for name, stage in [
             ("rate8.json", RecordedStage("8 req/s", "open", 8.0, None, send_times="redrawn")),
             (
@@ -77,10 +77,11 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
 def test_each_benchmark_serving_file_reads_to_its_own_summary(
     version: str, name: str, stage: RecordedStage
 ) -> None:
-    doc = json.loads((SCRIPT[version] / name).read_text())
+    path = SCRIPT.get(version, SCRIPT_0_10) / name
+    doc = json.loads(path.read_text())
     assert doc["backend"] == "vllm" and "endpoint_type" not in doc and "failed" not in doc
     assert "start_times" not in doc and "latencies" not in doc
-    rec = read_recording(SCRIPT[version] / name)
+    rec = read_recording(path)
     assert rec.tool == "vllm bench serve" and rec.stages == (stage,)
     u = rec.measured[rec.measured["usable"]]
     assert rec.counts["num_measured"] == doc["completed"] == len(u)
