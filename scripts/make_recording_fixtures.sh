@@ -16,7 +16,8 @@
 #                                                      # vllm-ranges, vllm-files,
 #                                                      # vllm-0.10.2 (an older client),
 #                                                      # vllm-benchmark-serving-0.8.5,
-#                                                      # vllm-benchmark-serving-0.6.6.post1
+#                                                      # vllm-benchmark-serving-0.6.6.post1,
+#                                                      # vllm-benchmark-serving-0.10.1.1
 #                                                      # (benchmark_serving.py),
 #                                                      # aiperf-options, aiperf-chat,
 #                                                      # aiperf-rate-series, aiperf-prefix,
@@ -333,7 +334,11 @@ vllm_src() {
 # and vllm.multimodal, which 0.10.2 still has), kept in vllm-benchmark-serving-VERSION/.
 # 0.6.6.post1 (December 2024) saves every list with --save-result (no --save-detailed) and
 # names its --backend; 0.8.5 (April 2025) keeps the lists only with --save-detailed. Neither
-# saves start_times. Runs: a rate; a cap; gamma gaps (burstiness 0.5) under a cap of 2.
+# saves start_times. 0.10.1.1 (August 2025) draws no sends itself: it imports vllm bench serve's
+# get_request (vllm.benchmarks.serve, here 0.10.2's, the same function as 0.10.1.1's but for
+# whitespace), which draws every send ahead and scales a fixed rate's to end at n / rate
+# (vllm-project/vllm PR #21108), and writes request_goodput where 0.8.5 wrote
+# "request_goodput:". Runs: a rate; a cap; gamma gaps (burstiness 0.5) under a cap of 2.
 run_vllm_src() {
     local ver=$1 py src dest
     py=$(vllm_old_venv 0.10.2)
@@ -1464,7 +1469,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 vllm-benchmark-serving-0.10.1.1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat

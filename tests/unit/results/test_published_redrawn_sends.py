@@ -26,10 +26,12 @@ def as_vllm_0_8(tmp_path: Path, **changes: Any) -> Path:
     """The rate-8 fixture as vLLM 0.8.4's benchmark_serving.py saved it: no start_times, no
     latencies (E2E is TTFT + the inter-token times), no endpoint_type nor failed (its
     ``result_json`` keys, 0.8.5 sdist: ``backend`` only; a file with both is 0.11's ``vllm
-    bench serve``, whose sends were scaled to end at n / rate)."""
+    bench serve``, whose sends were scaled to end at n / rate), its goodput saved as
+    ``"request_goodput:"`` (the R1 files' key, written to 0.8.5: unscaled sends)."""
     doc = json.loads((VLLM / "rate8.json").read_text())
     for key in ("start_times", "latencies", "endpoint_type", "failed"):
         doc.pop(key, None)
+    doc["request_goodput:"] = doc.pop("request_goodput")
     doc.update(changes)
     path = tmp_path / "vllm-sharegpt-.json"
     path.write_text(json.dumps(doc))

@@ -173,7 +173,29 @@ def test_a_0_10_2_ramp_up_without_start_times_is_read_along_its_ramp() -> None:
     assert len(said) == 1 and "along its ramp-up linear from 2 to 12 req/s" in said[0]
     assert not any("every request arrives at 0" in n for n in rec.notes)
     arrival = np.sort(rec.workload.arrival_s)
-    assert arrival[0] == 0.0 and (np.diff(arrival) > 0).all()
+    assert arrival[0] > 0.0 and (np.diff(arrival) > 0).all()
+
+
+def test_a_ramp_ups_first_send_is_due_after_its_own_gap_from_0_10() -> None:
+    # vLLM 0.10's get_request draws every gap ahead, cumulates them and sleeps each request's
+    # sum, the first's included (the 0.10.2 wheel's vllm/benchmarks/serve.py:162-205; unscaled
+    # under a ramp-up): the first was sent one gap at 2 req/s into the run, where it was redrawn
+    # at 0 (seed 0: 0.34 s early, every send with it)
+    rec = read_recording(OLD / "rampup.json")
+    first_gap = np.random.default_rng(np.random.SeedSequence(0)).gamma(1.0, 1 / 2.0)
+    assert np.isclose(np.sort(rec.workload.arrival_s)[0], first_gap, rtol=1e-12)
+    said = [n for n in rec.notes if n.startswith("no start_times in the file")]
+    assert "the first due after its own gap" in said[0] and "assumed 0.10" in said[0]
+
+
+def test_a_ramp_up_dated_before_0_10s_draws_sends_its_first_at_once(tmp_path: Path) -> None:
+    # 0.9.2's get_request yielded the first request before drawing any gap; a file dated before
+    # PR #21108 (17 July 2025) was written by such a client
+    doc = json.loads((OLD / "rampup.json").read_text()) | {"date": "20250710-120000"}
+    rec = read_recording(write(tmp_path, doc))
+    assert np.sort(rec.workload.arrival_s)[0] == 0.0
+    said = [n for n in rec.notes if n.startswith("no start_times in the file")]
+    assert "the first at once" in said[0] and "dated 2025-07-10" in said[0]
 
 
 @pytest.mark.parametrize("strategy", ["linear", "exponential"])

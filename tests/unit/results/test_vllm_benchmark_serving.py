@@ -12,7 +12,10 @@ from the sdists of 0.6.6.post1, 0.8.5, 0.9.2, 0.10.0, 0.10.1.1, 0.11.0, 0.11.1 a
   ``endpoint_type`` and no ``backend`` (0.9.2's keys and 0.10.0's are the same); 0.11.0 both;
   0.11.1 adds ``failed``;
 * ``get_request`` scales its fixed-rate gaps so the last send is due at n / rate from 0.10.0
-  (vllm-project/vllm PR #21108, ``normalize_factor``), never in the script;
+  (vllm-project/vllm PR #21108, ``normalize_factor``); the script drew its own unscaled gaps to
+  0.9.2 and imports that ``get_request`` in 0.10.0 and 0.10.1.1 (``vllm-benchmark-serving-
+  0.10.1.1/``, run here); the script and ``vllm bench serve`` to 0.8.5 wrote the goodput key as
+  ``"request_goodput:"``, 0.9.2 on as ``request_goodput``;
 * the script always sends an "initial single prompt test run" with the first prompt; ``vllm
   bench serve`` its readiness check (skippable with ``--ready-check-timeout-sec 0`` from 0.11.0)
   and ``--num-warmups`` warm-ups from 0.11.1 (0.11.0's serve.py has no ``num_warmups``).
@@ -31,6 +34,7 @@ from kvbudget.results.recordings import RecordedStage, Recording, read_recording
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 SCRIPT = {v: FIXTURES / f"vllm-benchmark-serving-{v}" for v in ("0.6.6.post1", "0.8.5")}
+SCRIPT_0_10 = FIXTURES / "vllm-benchmark-serving-0.10.1.1"
 V0_10 = FIXTURES / "vllm-bench-0.10.2"
 V0_32 = FIXTURES / "vllm-bench-0.32.0"
 FIRST = "vllm bench serve sent each run's first prompt"
@@ -56,7 +60,7 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
     ("version", "name", "stage"),
     [
         (v, name, stage)
-        for v in SCRIPT
+        for v in (*SCRIPT, "0.10.1.1")
         for name, stage in [
             ("rate8.json", RecordedStage("8 req/s", "open", 8.0, None, send_times="redrawn")),
             (
@@ -73,10 +77,11 @@ def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
 def test_each_benchmark_serving_file_reads_to_its_own_summary(
     version: str, name: str, stage: RecordedStage
 ) -> None:
-    doc = json.loads((SCRIPT[version] / name).read_text())
+    path = SCRIPT.get(version, SCRIPT_0_10) / name
+    doc = json.loads(path.read_text())
     assert doc["backend"] == "vllm" and "endpoint_type" not in doc and "failed" not in doc
     assert "start_times" not in doc and "latencies" not in doc
-    rec = read_recording(SCRIPT[version] / name)
+    rec = read_recording(path)
     assert rec.tool == "vllm bench serve" and rec.stages == (stage,)
     u = rec.measured[rec.measured["usable"]]
     assert rec.counts["num_measured"] == doc["completed"] == len(u)
@@ -92,15 +97,64 @@ def test_each_benchmark_serving_file_reads_to_its_own_summary(
 
 @pytest.mark.parametrize("version", list(SCRIPT))
 def test_the_scripts_fixed_rate_sends_are_redrawn_unscaled(version: str) -> None:
-    # the script sent the first request at once and each next after one gamma gap (no
-    # normalize_factor before vllm bench serve 0.10.0): the redraw starts at 0 and its last
-    # send is not pinned to n / rate
+    # the script to 0.9.2 sent the first request at once and each next after one gamma gap (no
+    # normalize_factor): the redraw starts at 0 and its last send is not pinned to n / rate; its
+    # "request_goodput:" key (0.8.5 and before) says so, whatever the file's date (these were
+    # made here in 2026)
+    doc = json.loads((SCRIPT[version] / "rate8.json").read_text())
+    assert "request_goodput:" in doc and doc["date"].startswith("2026")
     rec = read_recording(SCRIPT[version] / "rate8.json")
     said = notes(rec, "no start_times in the file: arrivals redrawn at 8 req/s")
-    assert len(said) == 1 and "benchmarks/benchmark_serving.py" in said[0]
-    assert "scaled" not in said[0]
+    assert len(said) == 1 and "benchmarks/benchmark_serving.py with a 'request_goodput:'" in said[0]
+    assert "scaled so the last" not in said[0]
     arrival = np.sort(rec.workload.arrival_s)
     assert arrival[0] == 0.0 and not np.isclose(arrival[-1], len(arrival) / 8.0)
+
+
+@pytest.mark.parametrize("name", ["rate8.json", "burst05_c2.json"])
+def test_a_0_10_scripts_fixed_rate_sends_are_redrawn_scaled(name: str) -> None:
+    # the script of 0.10.0 and 0.10.1.1 sends with vllm bench serve's get_request: its 20 draws
+    # scaled so the last is due at 20 / 8 = 2.5 s. Read as the script's own unscaled draws (the
+    # first at 0, 19 gaps), rate8.json's seed-0 sends spanned 3.37 s against its 2.59 s, every
+    # measured output tokens/s -23.1 % off the file's; now within 1 %
+    doc = json.loads((SCRIPT_0_10 / name).read_text())
+    assert doc["backend"] == "vllm" and "endpoint_type" not in doc
+    assert "request_goodput" in doc and "request_goodput:" not in doc
+    rec = read_recording(SCRIPT_0_10 / name)
+    said = notes(rec, "no start_times in the file: arrivals redrawn at 8 req/s")
+    assert len(said) == 1 and "scaled so the last is due at 2.5 s" in said[0]
+    assert "assumed its script of 0.10.0 or 0.10.1.1" in said[0]
+    due = np.sort(rec.measured["arrival_s"].to_numpy(dtype=np.float64))
+    assert np.isclose(due[-1], len(due) / 8.0, rtol=1e-12) and due[0] > 0.0
+    if name == "rate8.json":
+        assert abs(span(rec) / doc["duration"] - 1) < 0.01
+        assert not any("the file's duration is" in s for s in rec.notes)
+
+
+def test_a_script_file_dated_before_pr_21108_is_redrawn_unscaled(tmp_path: Path) -> None:
+    # the 0.9.2 script writes the same keys as 0.10.x's: one dated before PR #21108 was opened
+    # (17 July 2025) drew its own unscaled gaps
+    doc = json.loads((SCRIPT_0_10 / "rate8.json").read_text()) | {"date": "20250710-120000"}
+    said = notes(read_recording(write(tmp_path, doc)), "no start_times in the file")
+    assert len(said) == 1 and "dated 2025-07-10, before vllm-project/vllm PR #21108" in said[0]
+    assert "scaled so the last" not in said[0]
+
+
+def test_a_script_file_longer_than_a_scaled_run_is_redrawn_unscaled(tmp_path: Path) -> None:
+    # a scaled client sent every request by n / rate: served in full and uncapped, its run
+    # ends by n / rate plus the longest E2E; 0.9.2's script (the same keys) can run longer
+    doc = json.loads((SCRIPT_0_10 / "rate8.json").read_text())
+    longest = max(t + sum(i) for t, i in zip(doc["ttfts"], doc["itls"], strict=True))
+    rec = read_recording(write(tmp_path, doc | {"duration": (2.5 + longest) * 1.05}))
+    said = notes(rec, "no start_times in the file")
+    assert len(said) == 1 and "is longer than n / rate plus the longest E2E" in said[0]
+    assert "scaled so the last" not in said[0]
+    assert np.sort(rec.workload.arrival_s)[0] == 0.0
+    # one request not served: its time to fail is not known, so the duration cannot rule out
+    rec = read_recording(
+        write(tmp_path, doc | {"duration": (2.5 + longest) * 1.05, "completed": 19})
+    )
+    assert "scaled so the last" in notes(rec, "no start_times in the file")[0]
 
 
 @pytest.mark.parametrize("name", ["rate8.json", "noeos_rate8.json", "chat_rate8.json"])
@@ -133,6 +187,26 @@ def test_an_endpoint_type_file_too_short_for_a_scaled_client_is_redrawn_unscaled
     assert len(said) == 1 and "which a client that scaled" in said[0]
     assert "scaled so the last" not in said[0]
     assert np.sort(rec.workload.arrival_s)[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"date": "20250601-101010"}, "dated 2025-06-01, before vllm-project/vllm PR #21108"),
+        ({"request_goodput:": None}, "with a 'request_goodput:' key"),
+    ],
+)
+def test_an_endpoint_type_file_of_0_8_or_0_9_is_redrawn_unscaled(
+    tmp_path: Path, change: dict[str, Any], why: str
+) -> None:
+    # vllm bench serve 0.8.5 to 0.10.2 save the same keys: a run dated before PR #21108, or
+    # with 0.8.5's "request_goodput:" key, came from a client that sent the first request at
+    # once and never scaled (it was assumed 0.10's: scaled to end at n / rate)
+    doc = json.loads((V0_10 / "rate8.json").read_text())
+    if "request_goodput:" in change:
+        doc.pop("request_goodput")
+    said = notes(read_recording(write(tmp_path, doc | change)), "no start_times in the file")
+    assert len(said) == 1 and why in said[0] and "scaled so the last" not in said[0]
 
 
 def test_a_0_11_file_without_start_times_is_redrawn_scaled(tmp_path: Path) -> None:
