@@ -284,7 +284,14 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     """vLLM 0.33 saves, beside the client's times, the server's own per-request queue time and
     TTFT (``server_queue_times``, ``server_ttfts``, in seconds, null where the server sent
     none: ``_get_server_metrics_results`` in vllm/benchmarks/serve.py, from the ``metrics``
-    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's."""
+    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's.
+    A vLLM server's TTFT there starts when its scheduler first scheduled the request, not when
+    the request arrived: ``time_to_first_token_ms = (first_token_ts - scheduled_ts) * 1000``,
+    ``queue_time_ms = (scheduled_ts - queued_ts) * 1000`` (``PerRequestMetrics``,
+    vllm/entrypoints/generate/base/serving.py lines 74 and 80 of 0.32.0, 67 and 73 of 0.34.0),
+    so the client's TTFT holds the server's queue time as well as its own HTTP and streaming
+    path; the fixtures vllm-bench-0.33.0/metrics_*.json were written against 0.32.0's server
+    started with ``--enable-per-request-metrics``."""
     lists = [doc.get(k) for k in ("server_queue_times", "server_ttfts")]
     counts = [sum(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
               if isinstance(values, list) else 0 for values in lists]
@@ -294,7 +301,8 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     return (f"{where}the file also holds the server's own queue time and TTFT of "
             f"{max(counts)} requests (server_queue_times, server_ttfts: vLLM 0.33 and later, "
             "from a server that reports them); kvbudget compares the client's ttfts, which "
-            "add the HTTP and streaming path to the server's")
+            "hold the server's queue time (a vLLM server's TTFT starts at its scheduling) and "
+            "the HTTP and streaming path besides the server's TTFT")
 
 
 def chat_template_note(doc: Mapping[str, Any]) -> str | None:

@@ -129,3 +129,23 @@ def test_probes_of_a_new_client_are_said_with_their_own_connection(version: str)
     assert len(said) == 1
     assert f"{doc['probe_completed']} completed" in said[0]
     assert "0.33 and later over one of their own" in said[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["metrics_rate8.json", "metrics_chat_c4.json"])
+def test_the_servers_own_ttft_is_said_to_start_at_its_scheduling(version: str, name: str) -> None:
+    # a server run with --enable-per-request-metrics sends each request's queue time and TTFT
+    # from its scheduling (0.32.0 vllm/entrypoints/generate/base/serving.py: first_token_ts -
+    # scheduled_ts); the client's TTFT holds both. The note said the client's TTFT added only
+    # "the HTTP and streaming path" to the server's
+    doc = json.loads((NEW[version] / name).read_text())
+    server = np.array(doc["server_ttfts"], dtype=float) + np.array(
+        doc["server_queue_times"], dtype=float
+    )
+    assert np.isfinite(server).all() and (server <= np.array(doc["ttfts"])).all()
+    said = notes(NEW[version] / name, "the file also holds the server's own queue time")
+    assert len(said) == 1 and "of 10 requests" in said[0]
+    assert "hold the server's queue time (a vLLM server's TTFT starts at its scheduling)" in said[0]
+    # the lists tell a 0.33 or later client, not the server's release: said conditionally
+    release = notes(NEW[version] / name, "the file was written by vllm bench serve 0.33 or later")
+    assert len(release) == 1 and "if that server ran vLLM 0.34" in release[0]
