@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from kvbudget.results.recordings import RecordedStage, read_recording
+from kvbudget.workloads.errors import TraceError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 NEW = {v: FIXTURES / f"vllm-bench-{v}" for v in ("0.33.0", "0.34.0")}
@@ -149,3 +150,18 @@ def test_the_servers_own_ttft_is_said_to_start_at_its_scheduling(version: str, n
     # the lists tell a 0.33 or later client, not the server's release: said conditionally
     release = notes(NEW[version] / name, "the file was written by vllm bench serve 0.33 or later")
     assert len(release) == 1 and "if that server ran vLLM 0.34" in release[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_run_against_a_stopped_server_is_refused_naming_its_error(version: str) -> None:
+    # every request refused at connect (the client saves each traceback and exits 0): it was
+    # refused as "every row was dropped (0 output tokens: 3 rows)", as if the server had
+    # answered each with nothing
+    path = NEW[version] / "server_down.json"
+    doc = json.loads(path.read_text())
+    assert doc["completed"] == 0 and doc["failed"] == 3
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert err.value.field == "errors"
+    assert "every one of its 3 requests failed before its first token" in str(err.value)
+    assert "ClientConnectorError: Cannot connect to host 127.0.0.1" in str(err.value)
