@@ -167,3 +167,27 @@ def test_a_run_against_a_stopped_server_is_refused_naming_its_error(version: str
     assert err.value.field == "errors"
     assert "every one of its 3 requests failed before its first token" in str(err.value)
     assert "ClientConnectorError: Cannot connect to host 127.0.0.1" in str(err.value)
+
+
+def test_a_0_34_stream_error_event_is_read_as_a_failure_with_what_it_streamed(
+    tmp_path: Path,
+) -> None:
+    # 0.34.0's client fails a request whose stream carries the server's error event, its
+    # errors entry that error's JSON (endpoint_request_func.py lines 279-280 and 301-303), the
+    # ttft and itls it streamed kept; output_lens holds 0 for a failed request. The 0.32.0
+    # server sent none here: hand-made from the real file, one failing after 16 chunks, one
+    # before its first
+    doc = json.loads((NEW["0.34.0"] / "rate8.json").read_text())
+    error = json.dumps({"message": "boom", "type": "InternalServerError", "code": 500})
+    for i in (0, 1):
+        doc["errors"][i], doc["output_lens"][i] = error, 0
+    doc["ttfts"][1], doc["itls"][1], doc["latencies"][1] = 0.0, [], 0.0
+    doc["completed"], doc["failed"] = 8, 2
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.counts["num_failed"] == 2 and rec.counts["num_measured"] == 8
+    assert rec.counts["num_simulated"] == 9  # the one that streamed, as many tokens as chunks
+    assert int(rec.workload.output_tokens.sum()) == 16 * 8 + len(doc["itls"][0]) + 1
+    said = [n for n in rec.notes if "streamed part of their answer" in n]
+    assert len(said) == 1 and said[0].startswith("1 failed requests")
