@@ -902,6 +902,25 @@ def _one_model(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> Non
                              line=line, field=key)
 
 
+def _refuse_all_failed(path: Path, docs: list[tuple[int | None, dict[str, Any]]],
+                       runs: list[_Run]) -> None:
+    """Refuse a file whose every request failed without a token (a server that was down or
+    refused them all: ``failed`` equals ``num_prompts``), naming the first error's last line (the
+    client saves a traceback, vllm/benchmarks/lib/endpoint_request_func.py's ``except`` branch:
+    ``output.error = "".join(traceback.format_exception(*exc_info))``). It was refused as "every
+    row was dropped (0 output tokens)", as if the server had answered with nothing."""
+    failed = np.concatenate([r.failed for r in runs])
+    if not failed.all() or (np.concatenate([r.output for r in runs]) > 0).any():
+        return
+    line, doc = next(((ln, d) for ln, d in docs if any(d.get("errors") or ())), docs[0])
+    first = next((str(e) for e in doc.get("errors") or () if e), "")
+    said = first.strip().splitlines()[-1][:200] if first.strip() else "(no error saved)"
+    raise TraceError(path, f"every one of its {len(failed)} requests failed before its first "
+                     f"token (the first error: {said}): nothing was served to simulate; record "
+                     "the run again against a server that answers",
+                     field="errors", **({"line": line} if line is not None else {}))
+
+
 def _config(docs: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     first = docs[0][1]
@@ -1120,6 +1139,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     _one_model(path, docs)
     notes: list[str] = []
     runs = [_run(path, doc, line, seed + k, notes) for k, (line, doc) in enumerate(docs)]
+    _refuse_all_failed(path, docs, runs)
     labels = [_label(r.stage) for r in runs]
     if len(runs) > 1:
         labels = [f"line {line}: {label}" for (line, _), label in zip(docs, labels, strict=True)]

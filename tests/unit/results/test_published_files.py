@@ -430,6 +430,30 @@ def test_vllm_offline_benchmarks_are_named(tmp_path: Path) -> None:
         read_recording(latency)
 
 
+def test_vllm_bench_forward_output_is_named(tmp_path: Path) -> None:
+    # vllm bench forward --output-json (new in vLLM 0.33.0; 0.34.0
+    # vllm/benchmarks/forward/main.py lines 265-272, json.dump(results, f, indent=2)): one item
+    # a case, the requests of its fixed batch and the median of its CUDA-graph replays. It
+    # needs a CUDA GPU (it captures CUDA graphs), so this file is hand-made from that source;
+    # it was refused as "a JSON list that is not inference-perf's", naming nothing
+    forward = tmp_path / "forward.json"
+    rank = {"num_tokens": 32, "kv_blocks": 2048, "routing": None,
+            "latency_us": {"timer": "graph_events", "median": 812.4, "sample_spread_pct": 0.1,
+                           "mean": 812.5, "std": 1.0, "min": 810.0, "p90": 813.0, "count": 3,
+                           "samples_us": [810.0, 812.4, 815.0]},
+            "graph_vs_eager": {"max_abs": 0.0, "relative_rms": 0.0}}
+    forward.write_text(json.dumps([{
+        "case": "decode",
+        "requests": [{"query_len": 1, "kv_len": 8192, "num_draft_tokens": 0,
+                      "chunked": False}] * 32,
+        "median_us": 812.4,
+        "ranks": [rank],
+    }], indent=2))
+    with pytest.raises(TraceError, match="is vllm bench forward's --output-json") as err:
+        read_recording(forward)
+    assert "no request was sent to a server" in str(err.value)
+
+
 @pytest.mark.parametrize(("script", "doc"), [
     # benchmarks/benchmark_throughput.py --output-json before vllm bench throughput existed
     # (vLLM PR #16508, April 2025): results = {elapsed_time, num_requests, total_num_tokens,

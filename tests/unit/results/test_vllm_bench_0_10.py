@@ -239,4 +239,4 @@ def test_a_0_10_2_files_first_prompt_is_said_without_options_it_lacked() -> None
         for n in read_recording(NEW / "rate8.json").notes
         if n.startswith("vllm bench serve sent each run's first prompt")
     ]
-    assert "unless --ready-check-timeout-sec 0, and each --num-warmups warm-up" in new[0]
+    assert "only if told to" in new[0] and "--num-warmups is 0 unless given" in new[0]

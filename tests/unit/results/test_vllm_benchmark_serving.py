@@ -234,6 +234,7 @@ def test_a_0_11_0_files_first_prompt_note_names_no_warmups(tmp_path: Path) -> No
     # --num-warmups came in 0.11.1 with the failed count (0.11.0's serve.py has neither; the
     # note said each --num-warmups warm-up sent the prompt for a file without failed)
     doc = json.loads((V0_32 / "rate8.json").read_text())
+    del doc["start_times"]  # 0.11.1 to 0.14 (start_times came in 0.15)
     later = notes(read_recording(write(tmp_path, doc)), FIRST)
     assert "and each --num-warmups warm-up" in later[0]
     del doc["failed"]
