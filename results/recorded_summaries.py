@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
+from kvbudget.results.recorded_llama_benchy import llama_benchy_report_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
 from kvbudget.workloads.text_files import open_utf8
@@ -631,7 +632,7 @@ def summary_refusal(doc: Any) -> str | None:
     if isinstance(doc, Mapping):
         if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
             return _VLLM_TABLE
-        return _object_refusal(doc) or _keyed_refusal(doc)
+        return _object_refusal(doc) or _keyed_refusal(doc) or llama_benchy_report_refusal(doc)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
         if _is_vllm_table_row(first):

@@ -103,6 +103,10 @@ from kvbudget.results.recorded_genai_bench import (
 )
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
+from kvbudget.results.recorded_llama_benchy import (
+    llama_benchy_report_refusal,
+    llama_benchy_text_refusal,
+)
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
@@ -230,7 +234,7 @@ def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
 
-    if "benchmarks" in doc:
+    if "benchmarks" in doc and not llama_benchy_report_refusal(doc):  # its keys named below
         return "guidellm"
     details = doc.get("details")
     if (
@@ -390,6 +394,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         or html_refusal(head)
         or trtllm_bench_console_refusal(head)
         or llmperf_console_refusal(head)
+        or llama_benchy_text_refusal(head)
         or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
