@@ -93,6 +93,7 @@ from kvbudget.results.recorded_dirs import (
     no_data_refusal,
     tool_dir_refusal,
 )
+from kvbudget.results.recorded_dynamo import dynamo_log_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -395,6 +396,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         or trtllm_bench_console_refusal(head)
         or llmperf_console_refusal(head)
         or llama_benchy_text_refusal(head)
+        or dynamo_log_refusal(head)  # before vLLM's: a deployment's logs interleave both
         or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
