@@ -86,7 +86,11 @@ from kvbudget.results.recorded_aggregates import (
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_consoles import guidellm_console_refusal, server_log_refusal
+from kvbudget.results.recorded_consoles import (
+    guidellm_console_refusal,
+    server_log_refusal,
+    sglang_server_log_refusal,
+)
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
@@ -397,6 +401,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         or llmperf_console_refusal(head)
         or llama_benchy_text_refusal(head)
         or dynamo_log_refusal(head)  # before vLLM's: a deployment's logs interleave both
+        or sglang_server_log_refusal(head)
         or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
