@@ -835,6 +835,18 @@ _MLPERF_NO_REQUEST = (
 )
 
 
+_MLPERF_TALLY = re.compile(
+    rb"(?:No warnings|1 warning|\d+ warnings) encountered(?: during test\.|\. See detailed log\.)"
+    rb"\s+(?:No errors|1 ERROR|\d+ ERRORS) encountered(?: during test\.|\. See detailed log\.)"
+)
+"""The tally LoadGen writes at the end of every ``mlperf_log_summary.txt``
+(github.com/mlcommons/inference 642e92fe ``loadgen/logging.cc``, ``AsyncLog::SetLogFiles``),
+all such a file holds when it has no results section: github.com/jshim0978/MLPerf_local_test
+8b504b52 ``official_mlperf/fresh_200_samples/mlperf_log_summary.txt`` (and 945088ab's
+``accuracy_test_fp16/``) was read as a CSV whose 'prompt_tokens' column was to be mapped, "the
+header has: No warnings encountered during test."."""
+
+
 def mlperf_log_refusal(head: bytes) -> str | None:
     """Why an MLPerf inference LoadGen log is no recording (mlcommons/inference ``loadgen``:
     ``mlperf_log_summary.txt`` opens with a rule and ``MLPerf Results Summary``,
@@ -852,6 +864,11 @@ def mlperf_log_refusal(head: bytes) -> str | None:
         return (
             f"is an MLPerf LoadGen summary (mlperf_log_summary.txt){said}: samples and "
             "tokens a second and latency percentiles, " + _MLPERF_NO_REQUEST
+        )
+    if _MLPERF_TALLY.fullmatch(start.strip()):
+        return (
+            "is an MLPerf LoadGen summary (mlperf_log_summary.txt) holding only its warning "
+            "and error tally, no MLPerf Results Summary section, " + _MLPERF_NO_REQUEST
         )
     return None
 

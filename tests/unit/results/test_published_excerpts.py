@@ -300,6 +300,21 @@ def test_a_genai_bench_metadata_alone_names_the_results_it_needs(tmp_path: Path)
             '[{"seq_id": 0, "qsl_idx": 12, "data": "0A0B", "token_count": 2}]\n',
             "is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json)",
         ),
+        # github.com/jshim0978/MLPerf_local_test (MIT) 8b504b52 official_mlperf/
+        # fresh_200_samples/mlperf_log_summary.txt holds only the tally loadgen/logging.cc
+        # (AsyncLog::SetLogFiles) writes to every summary: read as a CSV whose header is
+        # "No warnings encountered during test."
+        (
+            "mlperf_log_summary.txt",
+            "\nNo warnings encountered during test.\n\nNo errors encountered during test.\n",
+            "is an MLPerf LoadGen summary (mlperf_log_summary.txt) holding only its warning "
+            "and error tally",
+        ),
+        (
+            "mlperf_log_summary.txt",
+            "\n2 warnings encountered. See detailed log.\n\n1 ERROR encountered. See detailed log.\n",
+            "holding only its warning and error tally, no MLPerf Results Summary section",
+        ),
     ],
 )
 def test_mlperf_loadgen_logs_are_named(tmp_path: Path, name: str, text: str, said: str) -> None:
