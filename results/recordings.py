@@ -82,6 +82,7 @@ from kvbudget.results.recorded_aggregates import (
     dataset_header_refusal,
     dataset_refusal,
     document_refusal,
+    one_field_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
 )
@@ -542,6 +543,9 @@ def refuse_unreadable_records(path: Path) -> None:
         return
     if path.suffix.lower() in DOCUMENT_SUFFIXES:
         raise TraceError(path, document_refusal(read_text(path, errors="replace")), line=1)
+    one_field = one_field_refusal(head_utf8(path, 1 << 12))
+    if one_field:
+        raise TraceError(path, one_field, line=1)
     if path.suffix.lower() == ".csv":
         refuse_aggregate_table(path)
     else:
