@@ -33,14 +33,21 @@ _DYNAMO_LINE = re.compile(
 """A line of Dynamo's ``tracing`` log: an RFC 3339 time, the level, the spans, the target."""
 
 _FRONTEND_DONE = re.compile(rb"dynamo_llm::http::service::metrics: request completed\b[^\n]*")
-_TIMED = (b"input_tokens=", b"output_tokens=", b"ttft_ms=")
+_TIMED = (
+    re.compile(rb"\binput_tokens=\"?[1-9]"),
+    re.compile(rb"\boutput_tokens=\"?\d"),
+    re.compile(rb"\bttft_ms=\"?\d"),
+)
+"""What a line needs to be written as a record: a prompt (Dynamo 1.6.1's frontend, run here
+against its mocker, logs a streamed /v1/completions request with ``input_tokens=0`` and no
+``ttft_ms``, a unary one with neither; a chat request with both), its output and first token."""
 
 
 def _lines(text: bytes) -> tuple[int, int]:
     """The frontend's ``request completed`` lines in ``text``, and how many carry the span's
-    tokens and first-token time."""
+    tokens (a prompt of one or more) and first-token time."""
     done = [m.group(0) for m in _FRONTEND_DONE.finditer(text)]
-    timed = sum(1 for line in done if all(field in line for field in _TIMED))
+    timed = sum(1 for line in done if all(field.search(line) for field in _TIMED))
     return len(done), timed
 
 
@@ -58,15 +65,15 @@ def dynamo_log_refusal(head: bytes) -> str | None:
         return (
             "is an NVIDIA Dynamo log (its workers' or runtime's messages), not each request's "
             "send, first token and end; pass the load tool's result from the same run, or the "
-            "frontend's log, whose 'request completed' lines hold each request's tokens and "
-            "times (docs/recordings.md)"
+            "frontend's log, whose 'request completed' lines can hold each request's tokens "
+            "and times (docs/recordings.md)"
         )
     return (
-        f"is an NVIDIA Dynamo log: its frontend's 'request completed' lines, {done}{where} "
-        f"({timed} with input_tokens, output_tokens and ttft_ms), are logged as "
-        "each request ends, elapsed_ms after it was received; kvbudget does not read logs: "
-        "write each as the generic records format (arrival_s: the line's time less "
-        "elapsed_ms / 1000; prompt_tokens: input_tokens; output_tokens; ttft_s: ttft_ms / 1000; "
-        "e2e_s: elapsed_ms / 1000; times the frontend measured, not a client), or pass the "
-        "load tool's result from the same run (docs/recordings.md)"
+        f"is an NVIDIA Dynamo log: its frontend's 'request completed' lines, {done}{where}, "
+        "logged as each request ends, elapsed_ms after it was received, "
+        f"{timed} of them with input_tokens (a prompt), output_tokens and ttft_ms; kvbudget "
+        "does not read logs: write those as the generic records format (arrival_s: the line's "
+        "time less elapsed_ms / 1000; prompt_tokens: input_tokens; output_tokens; ttft_s: "
+        "ttft_ms / 1000; e2e_s: elapsed_ms / 1000; times the frontend measured, not a client), "
+        "or pass the load tool's result from the same run (docs/recordings.md)"
     )

@@ -8,7 +8,12 @@ prefill/decode-disaggregated deployment (github.com/highopes/pd-disaggregation-d
 ``pd-disaggregation/evidence/runs/20260724-095037/09-post-request-dynamo-logs.txt``; no licence,
 so not kept here) interleaves those lines, in terminal colours, with its vLLM workers' and was
 called "a vLLM server log: the engine's throughput and queue every 10 s". The lines below are
-written by hand in that log's shape (its frontend's and a worker's lines, colours and all).
+written by hand in that log's shape (its frontend's and a worker's lines, colours and all),
+and in that of Dynamo 1.6.1's frontend run here against its mocker (``python -m
+dynamo.frontend`` and ``python -m dynamo.mocker``, file discovery): a unary /v1/completions
+request logged with no tokens nor ttft_ms, a streamed one with ``input_tokens=0`` and no
+ttft_ms, a chat request with both (not kept as a fixture: the mocker's ZMQ event plane binds
+0.0.0.0, so the run is not one the fixture script may make).
 """
 
 from __future__ import annotations
@@ -41,16 +46,32 @@ WORKER = (
     "2026-07-24T02:22:20.121740Z  INFO handle_payload: dynamo_runtime::pipeline::network::"
     'ingress::push_handler: request received request_id=b0a2b5ae component="prefill"'
 )
+UNARY_COMPLETION = (
+    "2026-12-07T19:08:34.444880Z  INFO http-request:completions:completions_single: "
+    "dynamo_llm::http::service::metrics: request completed request_id=48965220 model=tiny "
+    "endpoint=completions request_type=unary status=success elapsed_ms=62 method=POST "
+    "uri=/v1/completions version=HTTP/1.1 request_id=a06c1751"
+)
+STREAMED_COMPLETION = (
+    "2026-12-07T19:08:34.504400Z  INFO http-request:completions:completions_single: "
+    "dynamo_llm::http::service::metrics: request completed request_id=bdc30b03 model=tiny "
+    "endpoint=completions request_type=stream status=success elapsed_ms=51 method=POST "
+    "uri=/v1/completions version=HTTP/1.1 request_id=a9cf77ab input_tokens=0 output_tokens=6 "
+    "image_count=0 video_count=0 audio_count=0"
+)
 VLLM = "(EngineCore_DP0 pid=212) INFO 07-24 02:16:32 [loggers.py:123] Engine 000: throughput"
 
 
 def test_a_deployments_log_names_its_frontends_requests_not_a_vllm_log(tmp_path: Path) -> None:
     log = tmp_path / "09-post-request-dynamo-logs.txt"
-    log.write_text("\n".join(["NAME  READY  STATUS", VLLM, RECEIVED, FRONTEND, WORKER, CANCELLED]))
+    lines = ["NAME  READY  STATUS", VLLM, RECEIVED, FRONTEND, WORKER, CANCELLED]
+    log.write_text("\n".join([*lines, UNARY_COMPLETION, STREAMED_COMPLETION]))
     res = CliRunner().invoke(app, ["validate", "--records", str(log)])
     assert res.exit_code == 2, res.stderr
     said = " ".join(res.stderr.split())
-    assert "is an NVIDIA Dynamo log: its frontend's 'request completed' lines, 2 (1 with " in said
+    assert "is an NVIDIA Dynamo log: its frontend's 'request completed' lines, 4, logged" in said
+    # the cancelled one and both completions (no ttft_ms; a prompt of 0 tokens) cannot be written
+    assert "1 of them with input_tokens (a prompt), output_tokens and ttft_ms" in said
     assert "arrival_s: the line's time less elapsed_ms / 1000" in said
     assert "ttft_s: ttft_ms / 1000" in said and "vLLM server log" not in said
     assert "in its first 64 KiB" not in said  # the whole file was looked at
