@@ -457,3 +457,36 @@ def document_refusal(text: str) -> str:
         "tool's whole file, with its per-request data) as a file of its own and pass that "
         "(docs/recordings.md)"
     )
+
+
+_OTHER_SEPARATORS = (("\t", "tabs"), (";", "semicolons"), ("|", "bars"))
+
+
+def one_field_refusal(head: bytes) -> str | None:
+    """Why a file the generic records format would read as a CSV is no table of it when its
+    header line (its first non-blank line, in ``head``) is one field, having no comma: a table
+    parted by another character, or a line of text (a log's, a report's, what a tool printed),
+    of which no column could be mapped. Published reports were told to map one:
+    github.com/deepaksatna/llm-serving-benchmark f733349e ``results/vllm/vllm-llama/
+    latency.txt`` ("the header has: vLLM Llama-3-8B Latency Results"), github.com/highopes/
+    pd-disaggregation-demo 2dc2f876 ``.../near40-ab-2/summary.console.txt`` (a Markdown
+    heading). None for a lone column name, a JSON document, a binary file or any other."""
+    if b"\0" in head or head.startswith(b"PAR1"):
+        return None
+    text = head.decode("utf-8", "replace")
+    field = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not field or "," in field or field[:1] in ("{", "[") or field.isidentifier():
+        return None
+    for sep, name in _OTHER_SEPARATORS:
+        if len(field.split(sep)) > 2:
+            return (
+                f"its header's columns are separated by {name}, not commas: the generic "
+                "format reads comma-separated files (docs/workloads.md); save it with commas"
+            )
+    shown = field[:60] + ("..." if len(field) > 60 else "")
+    return (
+        f"its first line ({shown!r}) is one field, not a header of comma-separated columns "
+        "(the generic format needs prompt_tokens and output_tokens, docs/workloads.md): a "
+        "text file (a log, a report, what a tool printed) holds no trace or recording; pass "
+        "the tool's own result file (docs/recordings.md)"
+    )

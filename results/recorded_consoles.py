@@ -1,5 +1,5 @@
 """Logs that are no recording, named: GuideLLM's console output (what ``guidellm benchmark ...
-| tee run.log`` printed) and a vLLM server's log.
+| tee run.log`` printed), a vLLM server's log and an SGLang server's.
 
 GuideLLM prints each benchmark's aggregates as tables and writes its requests to a report file
 it names at the end; the printed text holds no request. Its lines, by version (the tool's
@@ -170,4 +170,46 @@ def server_log_refusal(head: bytes) -> str | None:
         "request's send, first token and end; pass the load tool's result from the same "
         "run, or the server's per-request spans (--otlp-traces-endpoint, a collector's "
         "OTLP JSON file: --records-format otel, docs/recordings.md)"
+    )
+
+
+_SGLANG_LOG_LINE = re.compile(
+    rb"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: [A-Z_]+\d+)*\] "
+    rb"(?:Prefill batch|Decode batch|server_args=ServerArgs\()",
+    re.MULTILINE,
+)
+"""A line of an SGLang server's log (sglang 0.5.9 ``srt/utils/common.py`` ``configure_logger``:
+``[%(asctime)s{prefix}] %(message)s``, the date ``%Y-%m-%d %H:%M:%S``, milliseconds with
+``SGLANG_LOG_MS``, the scheduler's prefix `` DP0 TP0``... from ``managers/scheduler.py``) that
+only SGLang writes: the server's arguments at start-up, or its scheduler's ``Prefill batch, ...``
+and ``Decode batch, ...`` (``managers/scheduler_metrics_mixin.py``)."""
+
+_SGLANG_TIME = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+"""How each of SGLang's log lines opens (a JSON array never does)."""
+
+_SGLANG_VERSION = re.compile(rb"^SGLang Version (\S+)", re.MULTILINE)
+"""What NVIDIA's SGLang container prints first (``== SGLang ==``, then its version)."""
+
+
+def sglang_server_log_refusal(head: bytes) -> str | None:
+    """Why an SGLang server's log is no recording: its scheduler logs each step's batch (new
+    sequences and tokens, running and queued requests, throughput), not each request's send,
+    first token and end; None for any other file (a JSON document is never one). A published
+    log (github.com/jethac/dgx-spark-hijinks 29166059, ``results/sglang_bench_20260607T120315Z
+    _server.log``: SGLang 0.5.11 in NVIDIA's container, whose banner opens it) was read as a CSV
+    whose 'prompt_tokens' column was to be mapped, "the header has: ============"."""
+    text = _ANSI_COLOUR.sub(b"", head.lstrip(b"\xef\xbb\xbf"))
+    start = text.lstrip()
+    if start[:1] == b"{" or (start[:1] == b"[" and not _SGLANG_TIME.match(start)):
+        return None
+    if not _SGLANG_LOG_LINE.search(text):
+        return None
+    version = _SGLANG_VERSION.search(text)
+    said = f" (SGLang {version.group(1).decode('utf-8', 'replace')})" if version else ""
+    return (
+        f"is an SGLang server log{said}: its scheduler's batch of each logged step (Prefill "
+        "batch, Decode batch: new and running requests, tokens, throughput), not each request's "
+        "send, first token and end; pass the load tool's result from the same run (SGLang's "
+        "bench_serving --output-file F --output-details, or another tool docs/recordings.md "
+        "lists)"
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
+from kvbudget.results.recorded_llama_benchy import llama_benchy_report_refusal
 from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import pooling_problem
@@ -32,14 +33,18 @@ from kvbudget.workloads.text_files import open_utf8
 LLMPERF_REQUEST_KEYS = frozenset({"ttft_s", "end_to_end_latency_s", "number_input_tokens"})
 """Keys of one LLMPerf individual response (``llmperf/common_metrics.py``)."""
 
-_DETAILED = ("pass a file that lists each request: vllm bench serve --save-result "
-             "--save-detailed, or SGLang's bench_serving --output-file F --output-details")
+_DETAILED = (
+    "pass a file that lists each request: vllm bench serve --save-result "
+    "--save-detailed, or SGLang's bench_serving --output-file F --output-details"
+)
 
 
-_VLLM_TABLE = ("is vLLM's performance-benchmarks table (benchmark_results.json, its "
-               "convert-results-json-to-markdown.py: one row a test, \"Test name\", \"Tput "
-               "(req/s)\", \"Mean TTFT (ms)\"...): aggregates only; pass one test's result "
-               "beside it (serving_*.json) saved with --save-detailed")
+_VLLM_TABLE = (
+    "is vLLM's performance-benchmarks table (benchmark_results.json, its "
+    'convert-results-json-to-markdown.py: one row a test, "Test name", "Tput '
+    '(req/s)", "Mean TTFT (ms)"...): aggregates only; pass one test\'s result '
+    "beside it (serving_*.json) saved with --save-detailed"
+)
 
 
 def _is_vllm_table_row(row: Any) -> bool:
@@ -47,16 +52,20 @@ def _is_vllm_table_row(row: Any) -> bool:
     column of ``{"0": value, ...}`` by row number): its "Test name" beside a throughput or
     latency column (``.buildkite/nightly-benchmarks/scripts/
     convert-results-json-to-markdown.py``, ``serving_column_mapping`` and its kin)."""
-    return isinstance(row, Mapping) and "Test name" in row and any(
-        k in row for k in ("Tput (req/s)", "Mean TTFT (ms)", "Mean latency (ms)"))
+    return (
+        isinstance(row, Mapping)
+        and "Test name" in row
+        and any(k in row for k in ("Tput (req/s)", "Mean TTFT (ms)", "Mean latency (ms)"))
+    )
 
 
 def latency_summary(doc: Mapping[str, Any]) -> bool:
     """A serving-benchmark summary in vLLM's layout (SGLang's client copies it):
     ``mean_ttft_ms``, ``median_ttft_ms``, ... with ``completed`` and ``duration`` or the
     run's ``request_rate``."""
-    timed = any(isinstance(k, str) and k.endswith(("_ttft_ms", "_e2e_latency_ms", "_e2el_ms"))
-                for k in doc)
+    timed = any(
+        isinstance(k, str) and k.endswith(("_ttft_ms", "_e2e_latency_ms", "_e2el_ms")) for k in doc
+    )
     return ("completed" in doc and "duration" in doc) or (timed and "request_rate" in doc)
 
 
@@ -65,8 +74,11 @@ def is_sglang(doc: Mapping[str, Any]) -> bool:
     versions, ``server_info``), which vLLM's client does not; its refactored client writes its
     ``BenchmarkMetrics`` as they are, ``total_output_retokenized`` among them
     (sgl-project/sglang python/sglang/benchmark/metrics.py at 1291c7fc and 6e48df33)."""
-    return "total_output_tokens_retokenized" in doc or "server_info" in doc or \
-        "total_output_retokenized" in doc
+    return (
+        "total_output_tokens_retokenized" in doc
+        or "server_info" in doc
+        or "total_output_retokenized" in doc
+    )
 
 
 def is_trtllm(doc: Mapping[str, Any]) -> bool:
@@ -82,26 +94,38 @@ def _is_inference_benchmarker(doc: Mapping[str, Any]) -> bool:
     ``total_requests``, ``time_to_first_token_ms`` percentiles and the like, no request)."""
     results = doc.get("results")
     first = results[0] if isinstance(results, list) and results else None
-    return "system" in doc and isinstance(first, Mapping) and \
-        "executor_type" in first and "time_to_first_token_ms" in first
+    return (
+        "system" in doc
+        and isinstance(first, Mapping)
+        and "executor_type" in first
+        and "time_to_first_token_ms" in first
+    )
 
 
-_RECORD_A_SERVED_RUN = ("record a run against a server with a tool kvbudget reads "
-                        "(docs/recordings.md), e.g. vllm bench serve --save-result "
-                        "--save-detailed")
+_RECORD_A_SERVED_RUN = (
+    "record a run against a server with a tool kvbudget reads "
+    "(docs/recordings.md), e.g. vllm bench serve --save-result "
+    "--save-detailed"
+)
 
-_OFFLINE_VLLM = ("a vLLM offline {what} result (--output-json of benchmarks/benchmark_{what}.py, "
-                 "or of vllm bench {what}, its successor since vLLM PR #16508 of April 2025)")
+_OFFLINE_VLLM = (
+    "a vLLM offline {what} result (--output-json of benchmarks/benchmark_{what}.py, "
+    "or of vllm bench {what}, its successor since vLLM PR #16508 of April 2025)"
+)
 """Who wrote an offline vLLM result: the keys of both writers are the same, and a file of
 February 2025 was called a result of a command that did not exist yet."""
 
-EVALSCOPE_SUMMARY_KEYS = (("Time taken for tests (s)", "Number of concurrency"),
-                          ("Test Duration (s)", "Concurrency"))
+EVALSCOPE_SUMMARY_KEYS = (
+    ("Time taken for tests (s)", "Number of concurrency"),
+    ("Test Duration (s)", "Concurrency"),
+)
 """The first keys of evalscope perf's ``benchmark_summary.json``: before and after its
 rename (modelscope/evalscope evalscope/perf/utils/perf_constants.py, ``Metrics``)."""
 
-_EVALSCOPE_DB = ("its requests are in benchmark_data.db (SQLite) beside it: pass that, or the "
-                 "run directory holding both (kvbudget reads it as --records-format evalscope)")
+_EVALSCOPE_DB = (
+    "its requests are in benchmark_data.db (SQLite) beside it: pass that, or the "
+    "run directory holding both (kvbudget reads it as --records-format evalscope)"
+)
 
 
 def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -120,31 +144,43 @@ def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     vllm/benchmarks/forward/main.py lines 265-272 and 294-296, 0.33.0's 259-266 and 288-290)."""
     keys = set(doc)
     if {"case", "requests", "median_us", "ranks"} <= keys:
-        return ("is vllm bench forward's --output-json (vLLM 0.33 and later): the model "
-                "forward time of fixed batches (each case's query and KV lengths), run in the "
-                "process as CUDA graphs without the scheduler; no request was sent to a server, "
-                f"so there is no load to replay; {_RECORD_A_SERVED_RUN}")
+        return (
+            "is vllm bench forward's --output-json (vLLM 0.33 and later): the model "
+            "forward time of fixed batches (each case's query and KV lengths), run in the "
+            "process as CUDA graphs without the scheduler; no request was sent to a server, "
+            f"so there is no load to replay; {_RECORD_A_SERVED_RUN}"
+        )
     if {"avg_latency", "latencies", "percentiles"} <= keys:
-        return (f"is {_OFFLINE_VLLM.format(what='latency')}: the time of one batch run "
-                "offline, repeated; no request was sent to a server, so there is no load to "
-                f"replay; {_RECORD_A_SERVED_RUN}")
+        return (
+            f"is {_OFFLINE_VLLM.format(what='latency')}: the time of one batch run "
+            "offline, repeated; no request was sent to a server, so there is no load to "
+            f"replay; {_RECORD_A_SERVED_RUN}"
+        )
     if {"elapsed_time", "num_requests", "requests_per_second"} <= keys:
-        return (f"is {_OFFLINE_VLLM.format(what='throughput')}: totals of an offline run "
-                "(every request handed to the engine at once, none timed); no load to replay; "
-                f"{_RECORD_A_SERVED_RUN}")
+        return (
+            f"is {_OFFLINE_VLLM.format(what='throughput')}: totals of an offline run "
+            "(every request handed to the engine at once, none timed); no load to replay; "
+            f"{_RECORD_A_SERVED_RUN}"
+        )
     if {"run_name", "batch_size", "input_len", "output_len"} <= keys:
         tool = "bench_one_batch" if "prefill_latency" in keys else "bench_one_batch_server"
-        return (f"is an SGLang {tool} result line: the latency of one batch of batch_size "
-                "requests of input_len and output_len tokens run together, no request's own "
-                "times; run SGLang's bench_serving --output-file F --output-details instead")
+        return (
+            f"is an SGLang {tool} result line: the latency of one batch of batch_size "
+            "requests of input_len and output_len tokens run together, no request's own "
+            "times; run SGLang's bench_serving --output-file F --output-details instead"
+        )
     if {"successful_requests", "total_latency", "total_output_tokens"} <= keys:
-        return ("is an SGLang bench_offline_throughput result line: totals of an offline run "
-                "(no request timed); run SGLang's bench_serving --output-file F "
-                "--output-details instead")
+        return (
+            "is an SGLang bench_offline_throughput result line: totals of an offline run "
+            "(no request timed); run SGLang's bench_serving --output-file F "
+            "--output-details instead"
+        )
     if {"avg_ts", "n_prompt", "n_gen"} <= keys:
-        return ("is a llama-bench result: tokens a second of a prompt or generation test run "
-                "in the process, no request sent to a server; record llama-server under load "
-                "with a tool kvbudget reads (docs/recordings.md)")
+        return (
+            "is a llama-bench result: tokens a second of a prompt or generation test run "
+            "in the process, no request sent to a server; record llama-server under load "
+            "with a tool kvbudget reads (docs/recordings.md)"
+        )
     return None
 
 
@@ -164,27 +200,35 @@ def _multi_turn_refusal(doc: Mapping[str, Any]) -> str | None:
     Only its single-turn ``build_result_json`` writes per-request lists with
     ``--save-detailed``; this one writes none (its ``failed_requests`` lists the failed turns
     only), so adding that flag would not help."""
-    if doc.get("mode") != "multi_turn" or not {"per_turn_metrics",
-                                                "turns_per_conversation"} & set(doc):
+    if doc.get("mode") != "multi_turn" or not {"per_turn_metrics", "turns_per_conversation"} & set(
+        doc
+    ):
         return None
     said = []
     if isinstance(doc.get("num_conversations"), int):
         turns, done = doc.get("turns_per_conversation", "?"), doc.get("avg_turns_completed")
-        said.append(f"{doc['num_conversations']} conversations of {turns} turns" + (
-            f", {done:g} completed on average" if isinstance(done, int | float)
-            and not isinstance(done, bool) and done != turns else ""))
+        said.append(
+            f"{doc['num_conversations']} conversations of {turns} turns"
+            + (
+                f", {done:g} completed on average"
+                if isinstance(done, int | float) and not isinstance(done, bool) and done != turns
+                else ""
+            )
+        )
     if isinstance(doc.get("multi_turn_concurrency"), int):
         said.append(f"{doc['multi_turn_concurrency']} at once")
     if isinstance(doc.get("inter_turn_delay_ms"), int | float):
         said.append(f"{doc['inter_turn_delay_ms']:g} ms between turns")
     run = f" ({', '.join(said)})" if said else ""
-    return (f"is a vllm-bench --multi-turn result{run}: "
-            "aggregates over all turns and per turn; that mode lists no request, "
-            "--save-detailed or not (only vllm-bench's single-turn results do), so its "
-            "conversations cannot be replayed: record them with a tool that lists each turn, "
-            "e.g. AIPerf with a multi-turn dataset (its profile_export.jsonl), or vLLM's "
-            "benchmarks/multi_turn/benchmark_serving_multi_turn.py --stats-json-output "
-            "written out as the generic records format (docs/recordings.md)")
+    return (
+        f"is a vllm-bench --multi-turn result{run}: "
+        "aggregates over all turns and per turn; that mode lists no request, "
+        "--save-detailed or not (only vllm-bench's single-turn results do), so its "
+        "conversations cannot be replayed: record them with a tool that lists each turn, "
+        "e.g. AIPerf with a multi-turn dataset (its profile_export.jsonl), or vLLM's "
+        "benchmarks/multi_turn/benchmark_serving_multi_turn.py --stats-json-output "
+        "written out as the generic records format (docs/recordings.md)"
+    )
 
 
 def _none_completed(doc: Mapping[str, Any]) -> str:
@@ -194,19 +238,46 @@ def _none_completed(doc: Mapping[str, Any]) -> str:
     nothing to validate against however it is saved again; '' otherwise."""
     completed, failed = doc.get("completed"), doc.get("failed")
     if completed == 0 and isinstance(failed, int) and not isinstance(failed, bool) and failed:
-        return (f"; besides, every one of its {failed} requests failed (completed 0): the "
-                "server answered none, so the run measured nothing to validate against; see "
-                "why the server refused them (its log) before running it again")
+        return (
+            f"; besides, every one of its {failed} requests failed (completed 0): the "
+            "server answered none, so the run measured nothing to validate against; see "
+            "why the server refused them (its log) before running it again"
+        )
     return ""
 
 
-CLIENT_BACKENDS = frozenset({
-    "vllm", "openai", "openai-chat", "openai-responses", "openai-audio", "openai-embeddings",
-    "openai-embeddings-chat", "openai-embeddings-clip", "openai-embeddings-vlm2vec",
-    "infinity-embeddings", "infinity-embeddings-clip", "vllm-pooling", "vllm-rerank",
-    "tgi", "lmdeploy", "deepspeed-mii", "tensorrt-llm", "scalellm", "sglang", "llama.cpp",
-    "sglang-native", "sglang-oai", "sglang-oai-chat", "vllm-chat", "lmdeploy-chat", "trt",
-    "gserver", "truss"})
+CLIENT_BACKENDS = frozenset(
+    {
+        "vllm",
+        "openai",
+        "openai-chat",
+        "openai-responses",
+        "openai-audio",
+        "openai-embeddings",
+        "openai-embeddings-chat",
+        "openai-embeddings-clip",
+        "openai-embeddings-vlm2vec",
+        "infinity-embeddings",
+        "infinity-embeddings-clip",
+        "vllm-pooling",
+        "vllm-rerank",
+        "tgi",
+        "lmdeploy",
+        "deepspeed-mii",
+        "tensorrt-llm",
+        "scalellm",
+        "sglang",
+        "llama.cpp",
+        "sglang-native",
+        "sglang-oai",
+        "sglang-oai-chat",
+        "vllm-chat",
+        "lmdeploy-chat",
+        "trt",
+        "gserver",
+        "truss",
+    }
+)
 """The ``--backend`` names of vLLM's serving benchmark and SGLang's copy of it: vLLM 0.32.0
 ``vllm/benchmarks/lib/endpoint_request_func.py`` ``ASYNC_REQUEST_FUNCS`` (``vllm`` to
 ``vllm-rerank``), the older ``benchmarks/backend_request_func.py``'s (``tgi``, ``lmdeploy``,
@@ -223,9 +294,11 @@ def _foreign_backend(doc: Mapping[str, Any]) -> str | None:
     backend = doc.get("backend")
     if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
         return None
-    return (f"is a serving-benchmark summary in vllm bench serve's layout, but its backend "
-            f"{backend[:40]!r} is none of vLLM's or SGLang's benchmark clients' (another "
-            f"script, or a fork, wrote it): aggregates only, no request; {_DETAILED}")
+    return (
+        f"is a serving-benchmark summary in vllm bench serve's layout, but its backend "
+        f"{backend[:40]!r} is none of vLLM's or SGLang's benchmark clients' (another "
+        f"script, or a fork, wrote it): aggregates only, no request; {_DETAILED}"
+    )
 
 
 def foreign_backend_note(doc: Mapping[str, Any]) -> str | None:
@@ -235,14 +308,17 @@ def foreign_backend_note(doc: Mapping[str, Any]) -> str | None:
     backend = doc.get("backend")
     if not isinstance(backend, str) or backend in CLIENT_BACKENDS:
         return None
-    return (f"the file's backend {backend[:40]!r} is none of vLLM's or SGLang's benchmark "
-            "clients': another script, or a fork, wrote it; its lists are read as vllm bench "
-            "serve's (each entry one request to one server: input_lens, output_lens, ttfts, "
-            "itls, start_times), which that script may mean otherwise")
+    return (
+        f"the file's backend {backend[:40]!r} is none of vLLM's or SGLang's benchmark "
+        "clients': another script, or a fork, wrote it; its lists are read as vllm bench "
+        "serve's (each entry one request to one server: input_lens, output_lens, ttfts, "
+        "itls, start_times), which that script may mean otherwise"
+    )
 
 
-STEADY_STATE_KEYS = frozenset({"concurrency_ratio", "window_start", "window_end",
-                               "concurrency_threshold", "peak_concurrency"})
+STEADY_STATE_KEYS = frozenset(
+    {"concurrency_ratio", "window_start", "window_end", "concurrency_threshold", "peak_concurrency"}
+)
 """Fields of SGLang 0.5.23's ``SteadyStateMetrics`` (``sglang/benchmark/steady_state.py``),
 each line of ``steady_state_serving.py --steady-state-output-file`` (``_append_metrics``:
 ``json.dumps(asdict(metrics))``): the longest span with at least ``ceil(concurrency_ratio *
@@ -252,8 +328,11 @@ peak)`` requests in flight (``find_steady_state_window``), and its throughput; i
 
 def _is_sglang_steady_state(doc: Mapping[str, Any]) -> bool:
     ratio = doc.get("concurrency_ratio")
-    return set(doc) >= STEADY_STATE_KEYS and isinstance(ratio, int | float) and \
-        not isinstance(ratio, bool)
+    return (
+        set(doc) >= STEADY_STATE_KEYS
+        and isinstance(ratio, int | float)
+        and not isinstance(ratio, bool)
+    )
 
 
 def _latency_refusal(doc: Mapping[str, Any]) -> str:
@@ -261,20 +340,28 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
     wrote it and the flag that saves its requests."""
     if _is_sglang_steady_state(doc):
         ratio = doc.get("concurrency_ratio")
-        return ("is SGLang's steady-state window (python -m sglang.benchmark.steady_state_serving "
-                "--steady-state-output-file): aggregates of the window where at least "
-                f"{ratio:g} of the peak concurrency was in flight, no request; give kvbudget "
-                "the same run's --output-file F --output-details instead")
+        return (
+            "is SGLang's steady-state window (python -m sglang.benchmark.steady_state_serving "
+            "--steady-state-output-file): aggregates of the window where at least "
+            f"{ratio:g} of the peak concurrency was in flight, no request; give kvbudget "
+            "the same run's --output-file F --output-details instead"
+        )
     if is_sglang(doc):
-        return ("is an SGLang bench_serving result without per-request data (its "
-                "--output-file lines hold aggregates only, unless --output-details is "
-                "given); run it again with --output-file F --output-details")
+        return (
+            "is an SGLang bench_serving result without per-request data (its "
+            "--output-file lines hold aggregates only, unless --output-details is "
+            "given); run it again with --output-file F --output-details"
+        )
     if is_trtllm(doc):
-        return ("is a TensorRT-LLM benchmark_serving result without per-request data "
-                "(aggregates only); run it again with --save-result --save-detailed")
+        return (
+            "is a TensorRT-LLM benchmark_serving result without per-request data "
+            "(aggregates only); run it again with --save-result --save-detailed"
+        )
     if isinstance(doc.get("run_number"), int):
-        return ("is one run of vllm bench sweep serve (run=N.json) without per-request "
-                "data (aggregates only); add --save-detailed to the sweep's --bench-cmd")
+        return (
+            "is one run of vllm bench sweep serve (run=N.json) without per-request "
+            "data (aggregates only); add --save-detailed to the sweep's --bench-cmd"
+        )
     foreign = _foreign_backend(doc)
     if foreign:
         return foreign
@@ -282,12 +369,16 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
         if "input_lens" in doc and "ttfts" not in doc:
             # SemiAnalysisAI/InferenceX's benchmark_serving.py (PR #1705, June 2026) keeps
             # input_lens and output_lens without --save-detailed, and drops the times
-            return ("is a vllm bench serve result that keeps each request's lengths "
-                    "(input_lens, output_lens) but not its times (ttfts, itls: saved only with "
-                    "--save-detailed); run it again with --save-result --save-detailed")
+            return (
+                "is a vllm bench serve result that keeps each request's lengths "
+                "(input_lens, output_lens) but not its times (ttfts, itls: saved only with "
+                "--save-detailed); run it again with --save-result --save-detailed"
+            )
         return _vllm_aggregates(doc)
-    return ("is a serving-benchmark summary (mean, median and percentile latencies, no "
-            f"request); {_DETAILED}")
+    return (
+        "is a serving-benchmark summary (mean, median and percentile latencies, no "
+        f"request); {_DETAILED}"
+    )
 
 
 SAVE_DETAILED_DATE = "20250316"
@@ -303,18 +394,25 @@ def _vllm_aggregates(doc: Mapping[str, Any]) -> str:
     the file's ``date`` (``%Y%m%d-%H%M%S``, as ``--save-result`` writes it): one from
     before :data:`SAVE_DETAILED_DATE` was saved with its requests and cut down since."""
     date = doc.get("date")
-    if isinstance(date, str) and re.fullmatch(r"\d{8}-\d{6}", date) and \
-            date[:8] < SAVE_DETAILED_DATE:
+    if (
+        isinstance(date, str)
+        and re.fullmatch(r"\d{8}-\d{6}", date)
+        and date[:8] < SAVE_DETAILED_DATE
+    ):
         day = f"{date[:4]}-{date[4:6]}-{date[6:8]}"
-        return (f"is a vLLM benchmark_serving.py result of {day} without per-request data "
-                "(aggregates only): benchmark_serving.py --save-result saved each request's "
-                "input_lens, output_lens, ttfts and itls itself until vLLM PR #14879 (16 March "
-                "2025) put them behind --save-detailed, which it did not have, so they were "
-                "taken out of this file after it was saved (or another script wrote it); pass "
-                "the file as --save-result wrote it, or run again with vllm bench serve "
-                "--save-result --save-detailed")
-    return ("is a vllm bench serve result without per-request data (aggregates "
-            "only); run vllm bench serve with --save-result --save-detailed")
+        return (
+            f"is a vLLM benchmark_serving.py result of {day} without per-request data "
+            "(aggregates only): benchmark_serving.py --save-result saved each request's "
+            "input_lens, output_lens, ttfts and itls itself until vLLM PR #14879 (16 March "
+            "2025) put them behind --save-detailed, which it did not have, so they were "
+            "taken out of this file after it was saved (or another script wrote it); pass "
+            "the file as --save-result wrote it, or run again with vllm bench serve "
+            "--save-result --save-detailed"
+        )
+    return (
+        "is a vllm bench serve result without per-request data (aggregates "
+        "only); run vllm bench serve with --save-result --save-detailed"
+    )
 
 
 def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -325,19 +423,25 @@ def _inferencex_refusal(doc: Mapping[str, Any]) -> str | None:
     its AIPerf run's aggregates, ``request_accounting`` and the server's ``/metrics``)."""
     if "infmax_model_prefix" not in doc and not {"hw", "conc", "tput_per_gpu"} <= set(doc):
         return None
-    shape = ", ".join(f"{k} {doc[k]}" for k in ("model", "hw", "tp", "ep", "conc")
-                      if isinstance(doc.get(k), str | int) and not isinstance(doc[k], bool)
-                      and doc[k] != "")
+    shape = ", ".join(
+        f"{k} {doc[k]}"
+        for k in ("model", "hw", "tp", "ep", "conc")
+        if isinstance(doc.get(k), str | int) and not isinstance(doc[k], bool) and doc[k] != ""
+    )
     head = f"is an InferenceX (formerly InferenceMAX) result row ({shape}"
     if doc.get("scenario_type") == "agentic-coding" or "request_accounting" in doc:
-        return (f"{head}; its agentic scenario, utils/agentic/aggregation/"
-                "process_agentic_result.py): aggregates of an AIPerf run and the server's "
-                "metrics, no request; pass the AIPerf profile_export.jsonl it was made from "
-                "(the run's aiperf_artifacts/)")
-    return (f"{head}; utils/process_result.py): the aggregates of one benchmark_serving.py "
-            "result, per GPU, no request; that result (the run's --result-filename JSON) lists "
-            "each request only when saved with --save-detailed, which InferenceX's "
-            "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed")
+        return (
+            f"{head}; its agentic scenario, utils/agentic/aggregation/"
+            "process_agentic_result.py): aggregates of an AIPerf run and the server's "
+            "metrics, no request; pass the AIPerf profile_export.jsonl it was made from "
+            "(the run's aiperf_artifacts/)"
+        )
+    return (
+        f"{head}; utils/process_result.py): the aggregates of one benchmark_serving.py "
+        "result, per GPU, no request; that result (the run's --result-filename JSON) lists "
+        "each request only when saved with --save-detailed, which InferenceX's "
+        "benchmarks/benchmark_lib.sh does not pass: rerun it with --save-detailed"
+    )
 
 
 K6_CSV_HEADER = ["metric_name", "timestamp", "metric_value"]
@@ -345,12 +449,14 @@ K6_CSV_HEADER = ["metric_name", "timestamp", "metric_value"]
 4b6aa058, ``MakeHeader``: then a column a system tag, ``extra_tags``, ``metadata``): one row a
 metric sample."""
 
-_K6_WHAT = ("k6 records metric samples (http_req_duration, http_reqs and its script's own "
-            "metrics, each with a time and tags), not requests with their prompt and output "
-            "tokens, so kvbudget cannot replay it: have the k6 script write each request's "
-            "send time, token counts, TTFT and E2E in the generic records format (arrival_s, "
-            "prompt_tokens, output_tokens, ttft_s, e2e_s: docs/recordings.md), or record the "
-            "load with a tool kvbudget reads")
+_K6_WHAT = (
+    "k6 records metric samples (http_req_duration, http_reqs and its script's own "
+    "metrics, each with a time and tags), not requests with their prompt and output "
+    "tokens, so kvbudget cannot replay it: have the k6 script write each request's "
+    "send time, token counts, TTFT and E2E in the generic records format (arrival_s, "
+    "prompt_tokens, output_tokens, ttft_s, e2e_s: docs/recordings.md), or record the "
+    "load with a tool kvbudget reads"
+)
 
 
 def k6_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -364,8 +470,10 @@ def k6_refusal(doc: Mapping[str, Any]) -> str | None:
     if set(doc) == {"type", "data", "metric"} and doc.get("type") in ("Metric", "Point"):
         return f"is k6's --out json output (one metric sample or declaration a line): {_K6_WHAT}"
     if "root_group" in doc and isinstance(doc.get("metrics"), Mapping):
-        return (f"is k6's end-of-test summary (--summary-export, or handleSummary's data): "
-                f"aggregates only; {_K6_WHAT}")
+        return (
+            f"is k6's end-of-test summary (--summary-export, or handleSummary's data): "
+            f"aggregates only; {_K6_WHAT}"
+        )
     return None
 
 
@@ -394,7 +502,8 @@ def is_aiperf_summary(doc: Mapping[str, Any]) -> bool:
         return True
     config = doc.get("input_config")
     return isinstance(config, Mapping) and bool(
-        AIPERF_SUMMARY_KEYS & set(doc) or AIPERF_CONFIG_KEYS & set(config))
+        AIPERF_SUMMARY_KEYS & set(doc) or AIPERF_CONFIG_KEYS & set(config)
+    )
 
 
 def _genai_perf_summary_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -410,15 +519,16 @@ def _genai_perf_summary_refusal(doc: Mapping[str, Any]) -> str | None:
     config = doc.get("input_config")
     if not isinstance(config, Mapping) or "aiperf_version" in doc:
         return None
-    if not ("perf_analyzer" in config or "service_kind" in config
-            or "telemetry_stats" in doc):
+    if not ("perf_analyzer" in config or "service_kind" in config or "telemetry_stats" in doc):
         return None
-    return ("is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
-            "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
-            "request's timestamps and text but no token counts (genai-perf counts them with "
-            "its tokenizer), so neither can be replayed: rerun with AIPerf, genai-perf's "
-            "successor, and pass its profile_export.jsonl (each request's times and token "
-            "counts)")
+    return (
+        "is genai-perf's summary (profile_export_genai_perf.json): aggregates only; its "
+        "per-request file, perf_analyzer's profile_export.json beside it, keeps each "
+        "request's timestamps and text but no token counts (genai-perf counts them with "
+        "its tokenizer), so neither can be replayed: rerun with AIPerf, genai-perf's "
+        "successor, and pass its profile_export.jsonl (each request's times and token "
+        "counts)"
+    )
 
 
 def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -435,55 +545,79 @@ def _inputs_json_refusal(doc: Mapping[str, Any]) -> str | None:
     record a session, ``session_id`` and a body a turn under ``payloads``; its per-request
     records are ``profile_export.jsonl`` beside it."""
     data = doc.get("data")
-    if set(doc) != {"data"} or not isinstance(data, list) or not data or \
-            not all(isinstance(r, Mapping) for r in data[:8]):
+    if (
+        set(doc) != {"data"}
+        or not isinstance(data, list)
+        or not data
+        or not all(isinstance(r, Mapping) for r in data[:8])
+    ):
         return None
     if all("payloads" in r for r in data[:8]):
-        return (f"is AIPerf's inputs.json: the request bodies of its {len(data)} sessions, "
-                "written before it sent them, no time nor output of any; pass the run's "
-                "per-request records, profile_export.jsonl in the same artifact folder")
+        return (
+            f"is AIPerf's inputs.json: the request bodies of its {len(data)} sessions, "
+            "written before it sent them, no time nor output of any; pass the run's "
+            "per-request records, profile_export.jsonl in the same artifact folder"
+        )
     if not all("payload" in r or "text_input" in r for r in data[:8]):
         return None
-    return (f"is genai-perf's inputs.json: the {len(data)} request bodies it generated for "
-            "perf_analyzer to send (--input-data), no time nor output of any; the run's "
-            "measurements are in profile_export.json beside it (perf_analyzer's), which keeps "
-            "each request's timestamps but no token counts, so neither can be replayed: rerun "
-            "with AIPerf, genai-perf's successor, and pass its profile_export.jsonl (each "
-            "request's times and token counts)")
+    return (
+        f"is genai-perf's inputs.json: the {len(data)} request bodies it generated for "
+        "perf_analyzer to send (--input-data), no time nor output of any; the run's "
+        "measurements are in profile_export.json beside it (perf_analyzer's), which keeps "
+        "each request's timestamps but no token counts, so neither can be replayed: rerun "
+        "with AIPerf, genai-perf's successor, and pass its profile_export.jsonl (each "
+        "request's times and token counts)"
+    )
 
 
 def _object_refusal(doc: Mapping[str, Any]) -> str | None:
     """The refusal of one JSON object (a result line, a summary file)."""
-    offline = (_offline_refusal(doc) or _evalscope_refusal(doc) or _multi_turn_refusal(doc)
-               or _inferencex_refusal(doc) or pooling_problem(doc)
-               or _inputs_json_refusal(doc) or _genai_perf_summary_refusal(doc)
-               or k6_refusal(doc))
+    offline = (
+        _offline_refusal(doc)
+        or _evalscope_refusal(doc)
+        or _multi_turn_refusal(doc)
+        or _inferencex_refusal(doc)
+        or pooling_problem(doc)
+        or _inputs_json_refusal(doc)
+        or _genai_perf_summary_refusal(doc)
+        or k6_refusal(doc)
+    )
     if offline:
         return offline
     if latency_summary(doc):
         return _latency_refusal(doc) + _none_completed(doc)
     runs = doc.get("experiments")
-    if isinstance(runs, list) and runs and isinstance(runs[0], Mapping) and \
-            "requests" in runs[0]:
-        return ("is perf_analyzer's profile_export.json (written under genai-perf): each "
-                "request's timestamps and text, but no token counts (genai-perf counts them "
-                "with its tokenizer); kvbudget reads AIPerf's profile_export.jsonl, genai-perf's "
-                "successor, which records them")
-    if "aggregation_type" in doc and ("per_combination_metrics" in doc
-                                      or "num_profile_runs" in doc):
-        return ("is AIPerf's aggregate of several profile runs (profile_export_aiperf_sweep.json "
-                "or a --num-profile-runs aggregate): aggregates only; pass one run's "
-                "per-request profile_export.jsonl")
+    if isinstance(runs, list) and runs and isinstance(runs[0], Mapping) and "requests" in runs[0]:
+        return (
+            "is perf_analyzer's profile_export.json (written under genai-perf): each "
+            "request's timestamps and text, but no token counts (genai-perf counts them "
+            "with its tokenizer); kvbudget reads AIPerf's profile_export.jsonl, genai-perf's "
+            "successor, which records them"
+        )
+    if "aggregation_type" in doc and (
+        "per_combination_metrics" in doc or "num_profile_runs" in doc
+    ):
+        return (
+            "is AIPerf's aggregate of several profile runs (profile_export_aiperf_sweep.json "
+            "or a --num-profile-runs aggregate): aggregates only; pass one run's "
+            "per-request profile_export.jsonl"
+        )
     if _is_inference_benchmarker(doc):
-        return ("is huggingface/inference-benchmarker's report: each benchmark's TTFT, "
-                "inter-token and E2E percentiles and request and token totals, but no request "
-                "(no send time, TTFT or token counts of any one; the tool writes nothing "
-                "else): record the run with a tool kvbudget reads (docs/recordings.md)")
-    if any(isinstance(k, str) and k.startswith("results_ttft_s") for k in doc) or \
-            {"num_concurrent_requests", "mean_input_tokens"} <= set(doc):
-        return ("is LLMPerf's summary (aggregates only); its individual_responses file lists "
-                "no send time either, so neither can be replayed: record the run with a tool "
-                "kvbudget reads (docs/recordings.md)")
+        return (
+            "is huggingface/inference-benchmarker's report: each benchmark's TTFT, "
+            "inter-token and E2E percentiles and request and token totals, but no request "
+            "(no send time, TTFT or token counts of any one; the tool writes nothing "
+            "else): record the run with a tool kvbudget reads (docs/recordings.md)"
+        )
+    if any(isinstance(k, str) and k.startswith("results_ttft_s") for k in doc) or {
+        "num_concurrent_requests",
+        "mean_input_tokens",
+    } <= set(doc):
+        return (
+            "is LLMPerf's summary (aggregates only); its individual_responses file lists "
+            "no send time either, so neither can be replayed: record the run with a tool "
+            "kvbudget reads (docs/recordings.md)"
+        )
     return None
 
 
@@ -498,31 +632,39 @@ def _keyed_refusal(doc: Mapping[str, Any]) -> str | None:
     if first is None:
         return None
     keys = ", ".join(repr(k) for k in list(doc)[:3]) + (", ..." if len(doc) > 3 else "")
-    return (f"is an object of {len(doc)} results keyed by run ({keys}); the first "
-            f"({next(iter(doc))!r}) {first}")
+    return (
+        f"is an object of {len(doc)} results keyed by run ({keys}); the first "
+        f"({next(iter(doc))!r}) {first}"
+    )
 
 
 def summary_refusal(doc: Any) -> str | None:
     """Why ``doc`` (a file's first JSON value) holds no request to replay, naming its tool, one
     sentence about the whole file (raised with no field: "field 'input_lens': is a vLLM ..."
     read as if the field were the file); None when it is not such a file."""
-    trtllm = (trtllm_bench_refusal(doc) or guidellm_parser_refusal(doc)
-              or vllm_benchmark_refusal(doc) or locust_refusal(doc))
+    trtllm = (
+        trtllm_bench_refusal(doc)
+        or guidellm_parser_refusal(doc)
+        or vllm_benchmark_refusal(doc)
+        or locust_refusal(doc)
+    )
     if trtllm:
         return trtllm
     if isinstance(doc, Mapping):
         if any(_is_vllm_table_row(doc.get(k)) for k in ("serving", "throughput", "latency")):
             return _VLLM_TABLE
-        return _object_refusal(doc) or _keyed_refusal(doc)
+        return _object_refusal(doc) or _keyed_refusal(doc) or llama_benchy_report_refusal(doc)
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         first = doc[0]
         if _is_vllm_table_row(first):
             return _VLLM_TABLE
         if set(first) >= LLMPERF_REQUEST_KEYS:
-            return ("is LLMPerf's individual_responses file: each request's TTFT, E2E and "
-                    "tokens, but no send time nor which of its concurrent clients sent it, so "
-                    "its load cannot be replayed: record the run with a tool kvbudget reads "
-                    "(docs/recordings.md)")
+            return (
+                "is LLMPerf's individual_responses file: each request's TTFT, E2E and "
+                "tokens, but no send time nor which of its concurrent clients sent it, so "
+                "its load cannot be replayed: record the run with a tool kvbudget reads "
+                "(docs/recordings.md)"
+            )
         offline = _offline_refusal(first)
         if offline:
             return offline
@@ -530,32 +672,48 @@ def summary_refusal(doc: Any) -> str | None:
         if row:
             return f"is a list of {len(doc)} rows; the first {row.removeprefix('is ')}"
         if {"ttft_ms", "latency_ms", "start_time_ms", "input_num_tokens"} <= set(first):
-            return ("is vLLM's multi-turn benchmark per-request stats "
-                    "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "
-                    "--stats-json-output), which kvbudget has no reader for: its load (clients "
-                    "working through conversations turn by turn) is not in the file; write it "
-                    "as the generic records format (start_time_ms / 1000 as arrival_s, "
-                    "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
-                    "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
-                    "which replays its send times")
+            return (
+                "is vLLM's multi-turn benchmark per-request stats "
+                "(benchmarks/multi_turn/benchmark_serving_multi_turn.py "
+                "--stats-json-output), which kvbudget has no reader for: its load (clients "
+                "working through conversations turn by turn) is not in the file; write it "
+                "as the generic records format (start_time_ms / 1000 as arrival_s, "
+                "input_num_tokens as prompt_tokens, output_num_tokens as output_tokens, "
+                "ttft_ms / 1000 as ttft_s, latency_ms / 1000 as e2e_s: docs/recordings.md), "
+                "which replays its send times"
+            )
         if {"qsl_idx", "data"} <= set(first) and ("seq_id" in first or "token_count" in first):
-            return ("is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json): each "
-                    "sample's output tokens, " + _MLPERF_NO_REQUEST)
+            return (
+                "is an MLPerf LoadGen accuracy log (mlperf_log_accuracy.json): each "
+                "sample's output tokens, " + _MLPERF_NO_REQUEST
+            )
         if "Percentiles" in first:
-            return ("is evalscope perf's benchmark_percentile.json: percentiles only; "
-                    f"{_EVALSCOPE_DB}")
+            return (
+                f"is evalscope perf's benchmark_percentile.json: percentiles only; {_EVALSCOPE_DB}"
+            )
         if {"benchmark", "model", "metric"} <= set(first):
-            return ("is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
-                    "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
-                    f"{_DETAILED}")
+            return (
+                "is vLLM's PyTorch benchmark-database record (*.pytorch.json, written with "
+                "SAVE_TO_PYTORCH_BENCHMARK_FORMAT set): each metric's values, no request; "
+                f"{_DETAILED}"
+            )
         if latency_summary(first) and "input_lens" not in first:
-            return (f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
-                    f"summary.json): aggregates only; {_DETAILED}")
+            return (
+                f"is a list of {len(doc)} serving-benchmark summaries (vllm bench sweep's "
+                f"summary.json): aggregates only; {_DETAILED}"
+            )
     return None
 
 
-LMBENCH_RESULT = ["timestamp", "request_id", "latency", "prompt_tokens", "completion_tokens",
-                  "total_tokens", "error"]
+LMBENCH_RESULT = [
+    "timestamp",
+    "request_id",
+    "latency",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "error",
+]
 """The header LMBench's trace replayer writes (LMCache/LMBench 3-workloads/trace-replayer/
 trace-replayer-qa.py, commit 48172cd1, ``save_results``): one row a request of a replay that
 does not stream (its ``send_request`` posts without ``stream`` and reads the whole answer), so
@@ -569,14 +727,16 @@ request, its send, TTFT and end in seconds from the round's start, and no token 
 prompts are ``--document-length`` words, the answers at most ``--output-len`` tokens, neither
 written)."""
 
-_LONG_DOC_QA = ("is LMCache's long-document QA round (benchmarks/long_doc_qa/long_doc_qa.py: "
-                "warmup_round.csv or query_round.csv): each request's send, TTFT and end, but "
-                "not its prompt or output tokens (the run's --document-length and --output-len "
-                "are not in it), which kvbudget needs to simulate it; add prompt_tokens and "
-                "output_tokens columns from the run's settings and e2e_s (request_end - "
-                "request_start), and pass it as the generic records format with --column "
-                "arrival_s=request_start --column ttft_s=ttft (docs/recordings.md), or record "
-                "the load with a tool kvbudget reads")
+_LONG_DOC_QA = (
+    "is LMCache's long-document QA round (benchmarks/long_doc_qa/long_doc_qa.py: "
+    "warmup_round.csv or query_round.csv): each request's send, TTFT and end, but "
+    "not its prompt or output tokens (the run's --document-length and --output-len "
+    "are not in it), which kvbudget needs to simulate it; add prompt_tokens and "
+    "output_tokens columns from the run's settings and e2e_s (request_end - "
+    "request_start), and pass it as the generic records format with --column "
+    "arrival_s=request_start --column ttft_s=ttft (docs/recordings.md), or record "
+    "the load with a tool kvbudget reads"
+)
 
 
 _BENCH_CONSOLE = (b" Serving Benchmark Result ", b"bench_type='serve'", b"\nBurstiness factor: ")
@@ -587,10 +747,12 @@ SGLang's ``bench_serving.py`` and TensorRT-LLM's ``benchmark_serving.py`` print 
 ...``) and the load it announces before sending (``Traffic request rate: R`` then ``Burstiness
 factor: B (Poisson process)``, ``Maximum request concurrency: C``)."""
 
-_BENCH_SAID = (("backend", rb"\nBackend:\s+(\S+)"),
-               ("request rate", rb"\nTraffic request rate:\s+(\S+)"),
-               ("max concurrency", rb"\nMaximum request concurrency:\s+(\S+)"),
-               ("successful requests", rb"\nSuccessful requests:\s+(\d+)"))
+_BENCH_SAID = (
+    ("backend", rb"\nBackend:\s+(\S+)"),
+    ("request rate", rb"\nTraffic request rate:\s+(\S+)"),
+    ("max concurrency", rb"\nMaximum request concurrency:\s+(\S+)"),
+    ("successful requests", rb"\nSuccessful requests:\s+(\d+)"),
+)
 
 CONSOLE_HEAD = 1 << 16
 """How much of a file the recordings' reader looks at to tell its format (its head)."""
@@ -630,25 +792,33 @@ def bench_console_refusal(head: bytes, path: Path | None = None) -> str | None:
     10, successful requests 500"). Where ``head`` (the first 64 KiB) is not the whole file, the
     runs and their settings are counted over ``path`` to its end, streamed a line at a time
     (:func:`_console_lines`): only for this count, never loaded whole."""
-    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
-            not any(mark in head for mark in _BENCH_CONSOLE):
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or not any(
+        mark in head for mark in _BENCH_CONSOLE
+    ):
         return None
-    runs, values = _console_runs([head] if path is None or len(head) < CONSOLE_HEAD
-                                 else _console_lines(path))
-    said = [f"{name} {'/'.join(dict.fromkeys(values[name]))}"
-            for name, _ in _BENCH_SAID if values[name]]
+    runs, values = _console_runs(
+        [head] if path is None or len(head) < CONSOLE_HEAD else _console_lines(path)
+    )
+    said = [
+        f"{name} {'/'.join(dict.fromkeys(values[name]))}" for name, _ in _BENCH_SAID if values[name]
+    ]
     if runs > 1:  # runs one after another, tee'd to one file: each one's settings said
         said.insert(0, f"{runs} runs")
-    return ("is a serving benchmark's console output (vllm bench serve, or SGLang's or "
-            "TensorRT-LLM's benchmark_serving, as printed" + (f": {', '.join(said)}" if said
-                                                             else "") +
-            "): its settings and summary, no request; rerun it with --save-result "
-            "--save-detailed (SGLang's bench_serving: --output-file F --output-details) and "
-            "pass the JSON it writes (docs/recordings.md)")
+    return (
+        "is a serving benchmark's console output (vllm bench serve, or SGLang's or "
+        "TensorRT-LLM's benchmark_serving, as printed"
+        + (f": {', '.join(said)}" if said else "")
+        + "): its settings and summary, no request; rerun it with --save-result "
+        "--save-detailed (SGLang's bench_serving: --output-file F --output-details) and "
+        "pass the JSON it writes (docs/recordings.md)"
+    )
 
 
-_LLMPERF_CONSOLE = (b"Results for token benchmark for ", b"\nNumber Of Completed Requests: ",
-                    b"\nCompleted Requests Per Minute: ")
+_LLMPERF_CONSOLE = (
+    b"Results for token benchmark for ",
+    b"\nNumber Of Completed Requests: ",
+    b"\nCompleted Requests Per Minute: ",
+)
 """What LLMPerf's ``token_benchmark_ray.py`` prints (github.com/ray-project/llmperf at f1d6bed,
 ``metrics_summary``: ``\\Results for token benchmark for {model} queried with the {llm_api}
 api.`` before its per-metric quantiles, ``Number Of Completed Requests: N`` and ``Completed
@@ -659,23 +829,43 @@ def llmperf_console_refusal(head: bytes) -> str | None:
     """Why LLMPerf's console output (``python token_benchmark_ray.py ... > run.txt``) is no
     recording: it prints each metric's quantiles and the run's totals, no request; None for
     any other file."""
-    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or \
-            not any(mark in head for mark in _LLMPERF_CONSOLE):
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or not any(
+        mark in head for mark in _LLMPERF_CONSOLE
+    ):
         return None
-    model = re.search(rb"Results for token benchmark for (\S+) queried with the (\S+) api",
-                      head)
-    said = (f" for {model.group(1).decode('utf-8', 'replace')} through its "
-            f"{model.group(2).decode('utf-8', 'replace')} client" if model else "")
-    return (f"is LLMPerf's console output (token_benchmark_ray.py, as printed{said}): each "
-            "metric's quantiles and the run's totals, no request; the "
-            "_individual_responses.json it saves with --results-dir lists no send time "
-            "either, so its load cannot be replayed: record the run with a tool kvbudget "
-            "reads (docs/recordings.md)")
+    model = re.search(rb"Results for token benchmark for (\S+) queried with the (\S+) api", head)
+    said = (
+        f" for {model.group(1).decode('utf-8', 'replace')} through its "
+        f"{model.group(2).decode('utf-8', 'replace')} client"
+        if model
+        else ""
+    )
+    return (
+        f"is LLMPerf's console output (token_benchmark_ray.py, as printed{said}): each "
+        "metric's quantiles and the run's totals, no request; the "
+        "_individual_responses.json it saves with --results-dir lists no send time "
+        "either, so its load cannot be replayed: record the run with a tool kvbudget "
+        "reads (docs/recordings.md)"
+    )
 
 
-_MLPERF_NO_REQUEST = ("no request's own send, first token or end (LoadGen's summary, detail "
-                      "and accuracy logs time no request); record the system under load with a "
-                      "tool kvbudget reads (docs/recordings.md)")
+_MLPERF_NO_REQUEST = (
+    "no request's own send, first token or end (LoadGen's summary, detail "
+    "and accuracy logs time no request); record the system under load with a "
+    "tool kvbudget reads (docs/recordings.md)"
+)
+
+
+_MLPERF_TALLY = re.compile(
+    rb"(?:No warnings|1 warning|\d+ warnings) encountered(?: during test\.|\. See detailed log\.)"
+    rb"\s+(?:No errors|1 ERROR|\d+ ERRORS) encountered(?: during test\.|\. See detailed log\.)"
+)
+"""The tally LoadGen writes at the end of every ``mlperf_log_summary.txt``
+(github.com/mlcommons/inference 642e92fe ``loadgen/logging.cc``, ``AsyncLog::SetLogFiles``),
+all such a file holds when it has no results section: github.com/jshim0978/MLPerf_local_test
+8b504b52 ``official_mlperf/fresh_200_samples/mlperf_log_summary.txt`` (and 945088ab's
+``accuracy_test_fp16/``) was read as a CSV whose 'prompt_tokens' column was to be mapped, "the
+header has: No warnings encountered during test."."""
 
 
 def mlperf_log_refusal(head: bytes) -> str | None:
@@ -685,13 +875,22 @@ def mlperf_log_refusal(head: bytes) -> str | None:
     any other file."""
     start = head.lstrip(b"\xef\xbb\xbf")
     if start.startswith(b":::MLLOG "):
-        return ("is an MLPerf LoadGen detail log (mlperf_log_detail.txt): the run's settings and "
-                "aggregates as :::MLLOG lines, " + _MLPERF_NO_REQUEST)
+        return (
+            "is an MLPerf LoadGen detail log (mlperf_log_detail.txt): the run's settings and "
+            "aggregates as :::MLLOG lines, " + _MLPERF_NO_REQUEST
+        )
     if start.startswith(b"=") and b"MLPerf Results Summary" in start[:400]:
         scenario = re.search(rb"Scenario\s*:\s*(\w+)", start)
         said = f" of the {scenario.group(1).decode()} scenario" if scenario else ""
-        return (f"is an MLPerf LoadGen summary (mlperf_log_summary.txt){said}: samples and "
-                "tokens a second and latency percentiles, " + _MLPERF_NO_REQUEST)
+        return (
+            f"is an MLPerf LoadGen summary (mlperf_log_summary.txt){said}: samples and "
+            "tokens a second and latency percentiles, " + _MLPERF_NO_REQUEST
+        )
+    if _MLPERF_TALLY.fullmatch(start.strip()):
+        return (
+            "is an MLPerf LoadGen summary (mlperf_log_summary.txt) holding only its warning "
+            "and error tally, no MLPerf Results Summary section, " + _MLPERF_NO_REQUEST
+        )
     return None
 
 
@@ -705,21 +904,27 @@ def html_refusal(head: bytes) -> str | None:
     if not start.startswith((b"<!doctype html", b"<html")):
         return None
     if b"GuideLLM" in head:
-        return ("is a GuideLLM HTML report (--output kind=html): a page of the run's charts "
-                "and aggregates for a browser; pass the same run's JSON or YAML report "
-                "(--output kind=json,path=benchmarks.json), which lists each request")
-    return ("is an HTML page (a report or chart for a browser, such as vllm bench serve "
-            "--plot-timeline's .timeline.html), not a recording; pass the load tool's own "
-            "result file (docs/recordings.md)")
+        return (
+            "is a GuideLLM HTML report (--output kind=html): a page of the run's charts "
+            "and aggregates for a browser; pass the same run's JSON or YAML report "
+            "(--output kind=json,path=benchmarks.json), which lists each request"
+        )
+    return (
+        "is an HTML page (a report or chart for a browser, such as vllm bench serve "
+        "--plot-timeline's .timeline.html), not a recording; pass the load tool's own "
+        "result file (docs/recordings.md)"
+    )
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file (sqlite.org/fileformat.html, 1.3.1)."""
 
-SQLITE_REFUSAL = ("is an SQLite database with no result table of evalscope perf's (start_time, "
-                  "first_chunk_latency: its benchmark_data.db, which kvbudget reads), not a "
-                  "recording kvbudget reads; pass the load tool's own result file "
-                  "(docs/recordings.md)")
+SQLITE_REFUSAL = (
+    "is an SQLite database with no result table of evalscope perf's (start_time, "
+    "first_chunk_latency: its benchmark_data.db, which kvbudget reads), not a "
+    "recording kvbudget reads; pass the load tool's own result file "
+    "(docs/recordings.md)"
+)
 
 
 def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
@@ -736,31 +941,42 @@ def csv_summary_refusal(first_line: bytes, name: str = "") -> str | None:
     profile_export.jsonl to pass instead."""
     header = [h.strip().lower() for h in first_line.decode("utf-8", "replace").split(",")]
     if header[:2] == ["metric", "avg"] and "genai_perf" in name.lower():
-        return ("is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row "
-                "a metric: no request; genai-perf's per-request file, perf_analyzer's "
-                "profile_export.json, keeps no token counts either: rerun with AIPerf, "
-                "genai-perf's successor, and pass its profile_export.jsonl")
+        return (
+            "is genai-perf's table of aggregates (profile_export_genai_perf.csv), one row "
+            "a metric: no request; genai-perf's per-request file, perf_analyzer's "
+            "profile_export.json, keeps no token counts either: rerun with AIPerf, "
+            "genai-perf's successor, and pass its profile_export.jsonl"
+        )
     if header[:2] == ["metric", "avg"]:
-        return ("is a table of aggregates, one row a metric (AIPerf's "
-                "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
-                "request; pass AIPerf's per-request profile_export.jsonl from the same run")
+        return (
+            "is a table of aggregates, one row a metric (AIPerf's "
+            "profile_export_aiperf.csv, or genai-perf's profile_export_genai_perf.csv): no "
+            "request; pass AIPerf's per-request profile_export.jsonl from the same run"
+        )
     harness = vllm_benchmark_csv_refusal(header) or locust_csv_refusal(header)
     if harness:
         return harness
     if {"avg_ts", "n_prompt", "n_gen"} <= set(header):
         return _offline_refusal({"avg_ts": 0, "n_prompt": 0, "n_gen": 0})
-    if "mean_ttft_ms" in header and {"completed", "request_throughput"} & set(header) and \
-            not {"prompt_tokens", "ttft_s", "arrival_s"} & set(header):
-        return ("is a table of serving-benchmark summaries, one row a run (vllm bench serve's "
-                "or SGLang's bench_serving result keys as columns: mean_ttft_ms, "
-                f"request_throughput...): aggregates only; {_DETAILED}")
+    if (
+        "mean_ttft_ms" in header
+        and {"completed", "request_throughput"} & set(header)
+        and not {"prompt_tokens", "ttft_s", "arrival_s"} & set(header)
+    ):
+        return (
+            "is a table of serving-benchmark summaries, one row a run (vllm bench serve's "
+            "or SGLang's bench_serving result keys as columns: mean_ttft_ms, "
+            f"request_throughput...): aggregates only; {_DETAILED}"
+        )
     if header[:3] == K6_CSV_HEADER:
         return f"is k6's --out csv output (one row a metric sample): {_K6_WHAT}"
     if header[:4] == LONG_DOC_QA_COLUMNS and not {"prompt_tokens", "output_tokens"} & set(header):
         return _LONG_DOC_QA
     if header == LMBENCH_RESULT:
-        return ("is LMBench's trace-replayer result: its requests were not streamed, so it "
-                "records each one's whole latency but no time to its first token, and kvbudget "
-                "compares TTFT, TPOT and E2E; to simulate the load it offered, pass the trace it "
-                "replayed to kvbudget simulate --trace")
+        return (
+            "is LMBench's trace-replayer result: its requests were not streamed, so it "
+            "records each one's whole latency but no time to its first token, and kvbudget "
+            "compares TTFT, TPOT and E2E; to simulate the load it offered, pass the trace it "
+            "replayed to kvbudget simulate --trace"
+        )
     return None

@@ -82,17 +82,23 @@ from kvbudget.results.recorded_aggregates import (
     dataset_header_refusal,
     dataset_refusal,
     document_refusal,
+    one_field_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
 )
 from kvbudget.results.recorded_aiperf import read_aiperf
-from kvbudget.results.recorded_consoles import guidellm_console_refusal, server_log_refusal
+from kvbudget.results.recorded_consoles import (
+    guidellm_console_refusal,
+    server_log_refusal,
+    sglang_server_log_refusal,
+)
 from kvbudget.results.recorded_dirs import (
     RECORDS_USAGE,
     inference_perf_prometheus_refusal,
     no_data_refusal,
     tool_dir_refusal,
 )
+from kvbudget.results.recorded_dynamo import dynamo_log_refusal
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -103,6 +109,10 @@ from kvbudget.results.recorded_genai_bench import (
 )
 from kvbudget.results.recorded_guidellm import load_report, read_guidellm
 from kvbudget.results.recorded_inference_perf import read_inference_perf, session_report_refusal
+from kvbudget.results.recorded_llama_benchy import (
+    llama_benchy_report_refusal,
+    llama_benchy_text_refusal,
+)
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
@@ -230,7 +240,7 @@ def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
 
-    if "benchmarks" in doc:
+    if "benchmarks" in doc and not llama_benchy_report_refusal(doc):  # its keys named below
         return "guidellm"
     details = doc.get("details")
     if (
@@ -390,6 +400,9 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         or html_refusal(head)
         or trtllm_bench_console_refusal(head)
         or llmperf_console_refusal(head)
+        or llama_benchy_text_refusal(head)
+        or dynamo_log_refusal(head)  # before vLLM's: a deployment's logs interleave both
+        or sglang_server_log_refusal(head)
         or server_log_refusal(head)  # last: another tool's console may print the server's lines
     )
     if server_log:
@@ -530,6 +543,9 @@ def refuse_unreadable_records(path: Path) -> None:
         return
     if path.suffix.lower() in DOCUMENT_SUFFIXES:
         raise TraceError(path, document_refusal(read_text(path, errors="replace")), line=1)
+    one_field = one_field_refusal(head_utf8(path, 1 << 12))
+    if one_field:
+        raise TraceError(path, one_field, line=1)
     if path.suffix.lower() == ".csv":
         refuse_aggregate_table(path)
     else:
