@@ -459,7 +459,10 @@ def document_refusal(text: str) -> str:
     )
 
 
-_OTHER_SEPARATORS = (("\t", "tabs"), (";", "semicolons"), ("|", "bars"))
+_OTHER_SEPARATORS = (("\t", "tabs", 2), (";", "semicolons", 3), ("|", "bars", 3))
+"""Each separator, its name, and the fields a header needs to be taken for a table parted by
+it: a tab parts no sentence, so two columns will do; a semicolon or a bar may stand once in a
+line of text."""
 
 
 def one_field_refusal(head: bytes) -> str | None:
@@ -477,8 +480,8 @@ def one_field_refusal(head: bytes) -> str | None:
     field = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if not field or "," in field or field[:1] in ("{", "[") or field.isidentifier():
         return None
-    for sep, name in _OTHER_SEPARATORS:
-        if len(field.split(sep)) > 2:
+    for sep, name, fields in _OTHER_SEPARATORS:
+        if len(field.split(sep)) >= fields:
             return (
                 f"its header's columns are separated by {name}, not commas: the generic "
                 "format reads comma-separated files (docs/workloads.md); save it with commas"

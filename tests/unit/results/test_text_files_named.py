@@ -66,3 +66,11 @@ def test_a_lone_column_is_still_asked_for_the_others(tmp_path: Path) -> None:
     path.write_text("prompt_tokens\n12\n")
     with pytest.raises(TraceError, match="missing column 'output_tokens'"):
         read_recording(path)
+
+
+def test_two_columns_parted_by_a_tab_are_said_to_be_a_table(tmp_path: Path) -> None:
+    """A tab parts no sentence: two columns so parted are a table, not a line of text."""
+    path = tmp_path / "lengths.tsv"
+    path.write_text("prompt_tokens\toutput_tokens\n12\t4\n")
+    with pytest.raises(TraceError, match="separated by tabs, not commas"):
+        read_recording(path)
