@@ -990,6 +990,19 @@ def _url_note(urls: list[str], status: list[str], order: FloatArray,
     return said
 
 
+def _sent_to_end_s(path: Path, line: int, start_ns: float, end_ns: float) -> float:
+    """Seconds from a record's ``request_start_ns`` to its ``request_end_ns`` (NaN without an
+    end), refused where the request would end before it was sent or over a day after: a
+    damaged send time, which would otherwise move the request that far on the run's clock
+    (its send before the others', or a conversation's turn a day after the one before)."""
+    span_s = (end_ns - start_ns) * 1e-9
+    if not math.isnan(span_s) and not 0 <= span_s <= MAX_MEASURED_S:
+        raise TraceError(path, f"the request ends {span_s:g} s after it was sent "
+                         f"(metadata.request_end_ns): {'before' if span_s < 0 else 'over a day'}",
+                         line=line, field="metadata.request_start_ns")
+    return span_s
+
+
 def read_aiperf(path: Path, default_tier: str,
                 max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
@@ -1033,8 +1046,9 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, exc.problem, line=line, field=exc.field) from None
         if math.isnan(t0):
             raise TraceError(path, "missing", line=line, field="metadata.request_start_ns")
-        if math.isnan(lat) and not math.isnan(t1):
-            lat = (t1 - t0) * 1e-9
+        span_s = _sent_to_end_s(path, line, t0, t1)
+        if math.isnan(lat):
+            lat = span_s
         for name, value in (("time_to_first_token", first), ("request_latency", lat),
                             ("inter_token_latency", itl[i])):
             if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
