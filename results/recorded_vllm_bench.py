@@ -412,7 +412,8 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
     burst = doc.get("burstiness")
     if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int | float)
                               or not math.isfinite(burst) or burst <= 0):
-        # vLLM's client asserts a positive burstiness (the gamma shape of its gaps)
+        # vLLM's client asserts burstiness > 0, the gamma shape of its gaps (vllm/benchmarks/
+        # serve.py and benchmarks/benchmark_serving.py get_request)
         raise TraceError(path, f"must be a positive number (the shape of the gaps between "
                          f"sends; 1: Poisson), got {burst!r}"[:160],
                          **_where(line, "burstiness"))
