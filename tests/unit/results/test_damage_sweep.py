@@ -406,6 +406,14 @@ SPOTS: tuple[tuple[str, str, int | None, tuple[Any, ...], Any, str | None], ...]
         "line 1: field 'metadata.request_start_ns'",
     ),
     (
+        "recordings/published/aiperf-gpt-oss-20b-cancel10-excerpt/profile_export.jsonl",
+        "profile_export.jsonl",
+        0,
+        ("metadata", "timestamp_ns"),
+        0,
+        "line 1: field 'metadata.request_start_ns'",
+    ),
+    (
         "recordings/vllm-otel-0.32.0/rate8.jsonl",
         "rate8.jsonl",
         0,
