@@ -62,6 +62,7 @@ from kvbudget.results.recording import (
     build_recording,
     is_warmup,
 )
+from kvbudget.workloads.arrivals import MAX_SPAN_S
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -990,6 +991,31 @@ def _url_note(urls: list[str], status: list[str], order: FloatArray,
     return said
 
 
+def _refuse_far_sends(path: Path, records: list[tuple[int, Any]], start: FloatArray) -> None:
+    """Refuse records whose sends span over :data:`~kvbudget.workloads.arrivals.MAX_SPAN_S`,
+    naming the one farthest from the run's middle send: a damaged send time (0, negative) of a
+    failed request, not simulated, put every measured send 55 years after it."""
+    if len(start) < 2 or float(np.ptp(start)) * 1e-9 <= MAX_SPAN_S:
+        return
+    far = int(np.argmax(np.abs(start - np.median(start))))
+    raise TraceError(path, f"sent {abs(start[far] - np.median(start)) * 1e-9:.3g} s from the "
+                     "run's other requests (its records span over ten years): a damaged send "
+                     "time?", line=records[far][0], field="metadata.request_start_ns")
+
+
+def _sent_to_end_s(path: Path, line: int, start_ns: float, end_ns: float) -> float:
+    """Seconds from a record's ``request_start_ns`` to its ``request_end_ns`` (NaN without an
+    end), refused where the request would end before it was sent or over a day after: a
+    damaged send time, which would otherwise move the request that far on the run's clock
+    (its send before the others', or a conversation's turn a day after the one before)."""
+    span_s = (end_ns - start_ns) * 1e-9
+    if not math.isnan(span_s) and not 0 <= span_s <= MAX_MEASURED_S:
+        raise TraceError(path, f"the request ends {span_s:g} s after it was sent "
+                         f"(metadata.request_end_ns): {'before' if span_s < 0 else 'over a day'}",
+                         line=line, field="metadata.request_start_ns")
+    return span_s
+
+
 def read_aiperf(path: Path, default_tier: str,
                 max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read an AIPerf ``profile_export.jsonl`` (and its summary beside it, when present)."""
@@ -1033,8 +1059,9 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, exc.problem, line=line, field=exc.field) from None
         if math.isnan(t0):
             raise TraceError(path, "missing", line=line, field="metadata.request_start_ns")
-        if math.isnan(lat) and not math.isnan(t1):
-            lat = (t1 - t0) * 1e-9
+        span_s = _sent_to_end_s(path, line, t0, t1)
+        if math.isnan(lat):
+            lat = span_s
         for name, value in (("time_to_first_token", first), ("request_latency", lat),
                             ("inter_token_latency", itl[i])):
             if not math.isnan(value) and not 0 <= value <= MAX_MEASURED_S:
@@ -1048,6 +1075,7 @@ def read_aiperf(path: Path, default_tier: str,
             first, lat
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
+    _refuse_far_sends(path, records, start)
     _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)

@@ -304,7 +304,7 @@ def _stage(run: _Run, first_send_s: float, notes: list[str]) -> RecordedStage:
     rate = float(rate) if isinstance(rate, int | float) and not isinstance(rate, bool) and \
         math.isfinite(rate) and rate > 0 else None
     drawn = (f"Poisson arrivals at {rate:g} req/s, their draws rescaled so the "
-             f"{counted(int(args.get('number') or n), 'request')} span number / rate "
+             f"{counted(_whole(args.get('number')) or n, 'request')} span number / rate "
              "seconds (core/strategies)") if rate else ""
     if not args:
         notes.append(f"{where}no {ARGS_NAME} beside the database: load mode unknown, replayed "
@@ -351,6 +351,9 @@ def _timed(run: _Run, stage: RecordedStage, first_send_s: float,
                          "beside the first measured ones (one dispatch loop, no barrier)"
                          if stage.load != "open" else ""))
     seconds = args.get("duration")
+    if isinstance(seconds, float) and not math.isfinite(seconds):
+        raise TraceError(run.db.with_name(ARGS_NAME), f"not finite: {seconds}",
+                         field="duration")
     if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds > 0:
         said = time_limit_note(stage.label, stage.load, float(seconds),
                                "evalscope perf --duration", n, grace_s=math.inf)

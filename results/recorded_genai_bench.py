@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
@@ -168,9 +169,9 @@ def _scale(path: Path, doc: Mapping[str, Any], meta: Mapping[str, Any]) -> float
     """Seconds per unit of the file's latencies: its ``_time_unit``, else the metadata's
     ``metrics_time_unit``, else seconds (genai-bench before 0.0.3 wrote seconds only)."""
     unit = doc.get("_time_unit", meta.get("metrics_time_unit", "s"))
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:
         raise TraceError(path, f"must be s or ms, got {unit!r}"[:80], field="_time_unit")
-    return UNITS[str(unit)]
+    return UNITS[unit]
 
 
 def _read_run(path: Path, meta: Mapping[str, Any]) -> _Run:
@@ -216,6 +217,15 @@ def _metadata(path: Path) -> dict[str, Any]:
         if tokens < 1 or tokens != int(tokens):
             raise TraceError(path, f"must be a whole number >= 1, got {params['max_tokens']!r}",
                              field="additional_request_params.max_tokens")
+    scenarios, levels = doc.get("traffic_scenario"), doc.get("num_concurrency")
+    # genai-bench's ExperimentMetadata: list[str], list[int]
+    if isinstance(scenarios, list) and not all(isinstance(s, str) for s in scenarios):
+        raise TraceError(path, f"must be a list of scenario names, got {scenarios!r}"[:120],
+                         field="traffic_scenario")
+    if isinstance(levels, list) and not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in levels):
+        raise TraceError(path, f"must be a list of whole numbers >= 1, got {levels!r}"[:120],
+                         field="num_concurrency")
     return doc
 
 
@@ -462,6 +472,20 @@ def _config(meta: Mapping[str, Any], runs: Sequence[_Run]) -> dict[str, Any]:
     return config
 
 
+def _in_run_file(exc: TraceError, runs: Sequence[_Run], ok: npt.NDArray[np.bool_]) -> TraceError:
+    """``exc``, of a row of the runs' returned requests read together, as the run's file and
+    its request there: a folder's "row 9" named none of its files (the second run's first)."""
+    if exc.row is None:
+        return exc
+    i = int(np.flatnonzero(ok)[exc.row])
+    for run in runs:
+        if i < len(run.errors):
+            return TraceError(run.path, exc.problem,
+                              field=f"individual_request_metrics[{i}].{exc.field or ''}")
+        i -= len(run.errors)
+    return exc
+
+
 def read_genai_bench(path: Path, default_tier: str,
                      max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a genai-bench experiment folder, its ``experiment_metadata.json`` (its folder
@@ -488,14 +512,17 @@ def read_genai_bench(path: Path, default_tier: str,
     e2e = cat([r.e2e for r in runs])
     ttft = e2e.copy() if unstreamed else cat([r.ttft for r in runs])  # its placeholder
     recorded = cat([np.full(len(r.errors), _max_tokens(r, meta)) for r in runs])
-    workload, counts, warnings = finish_columns(
-        path, "genai-bench", prompt=cat([r.prompt for r in runs])[ok],
-        output=cat([r.output for r in runs])[ok], arrival=sent_all[ok],
-        fields={"prompt_tokens": "num_input_tokens", "output_tokens": "num_output_tokens",
-                "arrival_s": "(no send time)", "max_output_tokens": "max_tokens"},
-        default_tier=default_tier,
-        max_output=recorded[ok] if np.isfinite(recorded).any() else None,
-        max_output_rule=max_output_rule)
+    try:
+        workload, counts, warnings = finish_columns(
+            path, "genai-bench", prompt=cat([r.prompt for r in runs])[ok],
+            output=cat([r.output for r in runs])[ok], arrival=sent_all[ok],
+            fields={"prompt_tokens": "num_input_tokens", "output_tokens": "num_output_tokens",
+                    "arrival_s": "(no send time)", "max_output_tokens": "max_tokens"},
+            default_tier=default_tier,
+            max_output=recorded[ok] if np.isfinite(recorded).any() else None,
+            max_output_rule=max_output_rule)
+    except TraceError as exc:
+        raise _in_run_file(exc, runs, ok) from None
     keep = np.flatnonzero(ok)[workload.request_id]
     counts = {**counts, "num_rows_read": len(ok), "num_failed": int((~ok).sum()),
               "num_warmup": status.count("warmup"), "num_cooldown": status.count("cooldown")}

@@ -314,10 +314,10 @@ def _worker_processes(bench: Mapping[str, Any]) -> int:
     ids its requests name (0.2-0.3 ``scheduler_info.process_id``, 0.4+
     ``info.scheduler_process_id``; 0 where none does: 0.1)."""
     requests = bench.get("requests")
-    ids = {dig(r, "scheduler_info", "process_id") if "scheduler_info" in r
+    ids = [dig(r, "scheduler_info", "process_id") if "scheduler_info" in r
            else dig(r, "info", "scheduler_process_id")
            for k, v in (requests.items() if isinstance(requests, dict) else ())
-           if k in KINDS and isinstance(v, list) for r in v if isinstance(r, dict)}
+           if k in KINDS and isinstance(v, list) for r in v if isinstance(r, dict)]
     return len({i for i in ids if isinstance(i, int) and not isinstance(i, bool)})
 
 
@@ -641,7 +641,7 @@ def _add_request(path: Path, cols: _Columns, req: Any, where: str, kind: str,
     cols.where.append(where)
     cols.prefix_key.append(body_key(body))
     cols.turn.append(conversation_turn(req))
-    cols.turn_delay.append(requeue_delay_s(req))
+    cols.turn_delay.append(requeue_delay_s(path, req, where))
     cols.cached.append(number(req.get("cached_tokens"), path, f"{where}.cached_tokens"))
     return True
 
@@ -657,16 +657,23 @@ def _streamed_chunks(path: Path, timings: Mapping[str, Any], where: str) -> floa
     return chunks if chunks > 0 else math.nan
 
 
+def _counts_table(value: Any) -> Mapping[str, Any]:
+    """A benchmark's request counts by kind (``request_totals``, ``requests_made``); empty
+    where the report has none or something else there (its counts then unknown, as a count
+    that is not a whole number is)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int],
                  version: str) -> str | None:
     """A note when the report kept a sample of its requests (and only then)."""
     samples = bench.get("request_samples")
     if isinstance(samples, dict):  # 0.2-0.3: --output-sampling
-        totals = bench.get("request_totals") or {}
+        totals = _counts_table(bench.get("request_totals"))
         kept = sum(listed.values())
         total = sum(int(v) for k, v in totals.items() if k in KINDS and isinstance(v, int))
     elif sample_size(bench, version) is not None:  # 0.4+: --sample-size, --sample-requests
-        made = dig(bench, "scheduler_metrics", "requests_made") or {}
+        made = _counts_table(dig(bench, "scheduler_metrics", "requests_made"))
         kept = sum(listed.values())
         total = sum(int(v) for k, v in made.items() if k in KINDS and isinstance(v, int))
     else:

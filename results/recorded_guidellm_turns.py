@@ -25,13 +25,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kvbudget.results.recorded_fields import dig
+from kvbudget.results.recorded_fields import dig, number
 from kvbudget.results.recorded_guidellm_prefix import KV_BLOCK_TOKENS, SharedPrefix
-from kvbudget.workloads.closed_loop import Conversations
+from kvbudget.workloads.closed_loop import MAX_THINK_TIME_S, Conversations
+from kvbudget.workloads.errors import TraceError
 
 Turn = tuple[str, int] | None
 """A request's conversation and its index in it; None when the report does not say."""
@@ -42,15 +44,18 @@ def conversation_turn(req: Mapping[str, Any]) -> Turn:
     return turn_of(dig(req, "info", "conversation_id"), dig(req, "info", "turn_index"))
 
 
-def requeue_delay_s(req: Mapping[str, Any]) -> float:
+def requeue_delay_s(path: Path, req: Mapping[str, Any], where: str) -> float:
     """The think time GuideLLM waits after this request ends before its conversation's next
     turn may go (``info.settings.requeue_delay``, seconds, 0.8; 0.8.1 ``scheduler/dag.py``
     ``mark_completed``: the child is available ``requeue_delay`` of the completed parent
-    after it); 0 when the report gives none."""
-    delay = dig(req, "info", "settings", "requeue_delay")
-    if isinstance(delay, int | float) and not isinstance(delay, bool) and delay > 0:
-        return float(delay)
-    return 0.0
+    after it); 0 when the report gives none (or one of 0 or less: no wait). Refused where it
+    is not a number, or longer than a simulated user's think time may be (a day)."""
+    field = f"{where}.info.settings.requeue_delay"
+    delay = number(dig(req, "info", "settings", "requeue_delay"), path, field)
+    if delay > MAX_THINK_TIME_S:
+        raise TraceError(path, f"implausibly long: {delay:g} s (over a day; are the times in "
+                         "seconds?)", field=field)
+    return delay if delay > 0 else 0.0
 
 
 def turn_links(turns: Sequence[Turn]) -> list[int]:

@@ -74,7 +74,7 @@ from kvbudget.results.recorded_refusals import say_context_refusals
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
-from kvbudget.workloads.max_output import MaxOutputRule
+from kvbudget.workloads.max_output import MAX_TOKENS, MaxOutputRule
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -217,6 +217,8 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     if math.isnan(t0):
         raise TraceError(path, "missing", row=i, field="start_time")
     info = req.get("info") or {}
+    if not isinstance(info, Mapping):
+        raise TraceError(path, f"must be an object, got {info!r}"[:80], row=i, field="info")
     p = number(dig(info, "request_metrics", "text", "input_tokens"), path,
                "info.request_metrics.text.input_tokens", i)
     if math.isnan(p):
@@ -264,6 +266,20 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
             eos if isinstance(eos, bool) else None, gap)
 
 
+def _prompt_tokens(path: Path, values: list[float]) -> FloatArray:
+    """The requests' prompt tokens, each present and at most :data:`MAX_TOKENS` (checked
+    before the conversations' prefix blocks are counted from them; the trace loader checks
+    the rest)."""
+    prompt = np.array(values, dtype=np.float64)
+    for bad, problem in ((np.isnan(prompt), "missing"), (prompt > MAX_TOKENS, "implausibly large")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            said = problem if problem == "missing" else (
+                f"{problem}: {prompt[i]:g} (the limit is {MAX_TOKENS:,})")
+            raise TraceError(path, said, row=i, field="info.input_tokens")
+    return prompt
+
+
 def read_inference_perf(path: Path, default_tier: str,
                         max_output_rule: MaxOutputRule | None = None, seed: int = 0) -> Recording:
     """Read inference-perf's ``per_request_lifecycle_metrics.json``."""
@@ -273,10 +289,7 @@ def read_inference_perf(path: Path, default_tier: str,
                          "per_request_lifecycle_metrics.json)")
     rows = [_one(path, i, req) for i, req in enumerate(doc)]
     _refuse_all_failed(path, doc, [r[5] for r in rows])
-    prompt = np.array([r[0] for r in rows])
-    if np.isnan(prompt).any():
-        i = int(np.argmax(np.isnan(prompt)))
-        raise TraceError(path, "missing", row=i, field="info.input_tokens")
+    prompt = _prompt_tokens(path, [r[0] for r in rows])
     start = np.array([r[2] for r in rows])
     labels, stages, notes = _stages(path, start, [r[7] for r in rows])
     run = run_config(path)

@@ -134,7 +134,7 @@ def _value(any_value: Any) -> Any:
         raw = any_value["intValue"]
         try:
             return int(raw) if not isinstance(raw, bool) else raw
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # Infinity, NaN: checked where read
             return raw
     for key in ("doubleValue", "stringValue", "boolValue"):
         if key in any_value:

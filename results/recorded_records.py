@@ -491,8 +491,8 @@ def _run_config(meta: dict[str, Any], summary: dict[str, Any], path: Path) -> di
     for key in RUN_ENGINE_KNOBS:
         if isinstance(knobs, dict) and knobs.get(key) is not None:
             config[key] = knobs[key]
-    if "kv_capacity_tokens" in meta:
-        config["kv_capacity_tokens"] = int(meta["kv_capacity_tokens"])
+    if meta.get("kv_capacity_tokens") is not None:  # a whole number (read_replay_meta)
+        config["kv_capacity_tokens"] = meta["kv_capacity_tokens"]
     if isinstance(meta.get("tiers"), list):  # kvbudget serve's: what it admitted by
         config["tiers"] = meta["tiers"]
     for key in ("front_door", "lease_ttl_s"):  # kvbudget serve's caps (None: it had none)
@@ -634,7 +634,9 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
         raise TraceError(path, str(exc).removeprefix(f"{path}: ")) from None
     except ValueError as exc:
         raise TraceError(None, str(exc)) from None
-    rec = run.records.sort_values(["arrival_s", "request_id"], kind="stable")
+    rec = run.records.reset_index(drop=True).sort_values(["arrival_s", "request_id"],
+                                                         kind="stable")
+    file_rows = rec.index.to_numpy(dtype=np.int64)  # the file's rows, 0-based
     rec = rec.reset_index(drop=True)
     meta_path = path / "replay.json"
     meta: dict[str, Any] = {}
@@ -679,6 +681,9 @@ def read_run_dir(path: Path, default_tier: str) -> Recording:
         columns["status"], columns.get("error", ()), strict=False)
         if st == "rejected_too_large")
     ttft, unstreamed = _unstreamed_read_whole(meta, rec, completed)
+    if run.summary.get("executor") is not None:  # measured: no server holds a request a day
+        for name, times in (("ttft_s", ttft), ("e2e_s", rec["e2e_s"].to_numpy(np.float64))):
+            check_times(path / "requests.parquet", name, times, file_rows)
     recording = build_recording(path, "run", workload, ttft=ttft,
                        e2e=rec["e2e_s"].to_numpy(dtype=np.float64), status=status,
                        stage=[loop.label if loop else ""] * n, itl_mean=_itl_means(path, rec),

@@ -410,6 +410,14 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
             raise TraceError(path, f"must be a whole number >= 1, got {conc_raw!r}",
                              **_where(line, "max_concurrency"))
         conc = int(conc_raw)
+    burst = doc.get("burstiness")
+    if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int | float)
+                              or not math.isfinite(burst) or burst <= 0):
+        # vLLM's client asserts burstiness > 0, the gamma shape of its gaps (vllm/benchmarks/
+        # serve.py and benchmarks/benchmark_serving.py get_request)
+        raise TraceError(path, f"must be a positive number (the shape of the gaps between "
+                         f"sends; 1: Poisson), got {burst!r}"[:160],
+                         **_where(line, "burstiness"))
     ramp = _ramp(path, doc, line)
     if ramp:  # its request_rate is "inf" (vLLM refuses a rate beside a ramp)
         return RecordedStage(ramp if conc is None else f"{ramp}, concurrency {conc}",
