@@ -412,11 +412,12 @@ def load_mode(path: Path, doc: Mapping[str, Any], label: str, line: int | None) 
         conc = int(conc_raw)
     burst = doc.get("burstiness")
     if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int | float)
-                              or not math.isfinite(burst) or burst <= 0):
+                              or math.isnan(burst) or burst <= 0):
         # vLLM's client asserts burstiness > 0, the gamma shape of its gaps (vllm/benchmarks/
-        # serve.py and benchmarks/benchmark_serving.py get_request)
-        raise TraceError(path, f"must be a positive number (the shape of the gaps between "
-                         f"sends; 1: Poisson), got {burst!r}"[:160],
+        # serve.py and benchmarks/benchmark_serving.py get_request); inf is its own case
+        # (constant gaps from 0.11.1, every send at once before: recorded_vllm_bench_client)
+        raise TraceError(path, f"must be a positive number or inf (the shape of the gaps "
+                         f"between sends; 1: Poisson), got {burst!r}"[:160],
                          **_where(line, "burstiness"))
     ramp = _ramp(path, doc, line)
     if ramp:  # its request_rate is "inf" (vLLM refuses a rate beside a ramp)
