@@ -21,7 +21,7 @@ mean and standard deviation of its throughputs and of each request's time to fir
   ``{mean, std, values}`` of ``pp_throughput`` ... ``ttfr``, ``est_ppt``, ``e2e_ttft``;
   ``_process_batch`` appends one ``ttfr`` value a request, ``first_response_ts - start_ts`` in
   ms, and keeps no send time, token count or end of any request);
-- ``--format csv`` (0.4.0 ``results.py:506-541``): the table's rows, ``model, test_name``, then
+- ``--format csv`` (0.4.0 ``results.py:507-541``): the table's rows, ``model, test_name``, then
   ``*_mean`` and ``*_std`` of each column (``t_s_mean`` ... ``e2e_ttft_std``).
 
 Run here (llama-benchy 0.4.0 against the CPU vLLM, scripts/make_recording_fixtures.sh
@@ -78,7 +78,7 @@ _CSV_HEADER = (
     "peak_ts_req_mean,peak_ts_req_std,ttfr_mean,ttfr_std,est_ppt_mean,est_ppt_std,"
     "e2e_ttft_mean,e2e_ttft_std"
 )
-"""The header of ``--format csv`` (llama-benchy 0.4.0 ``results.py:509``), one row a table row."""
+"""The header of ``--format csv`` (llama-benchy 0.4.0 ``results.py:510``), one row a table row."""
 
 _LEVEL = re.compile(r"\(c(\d+)\)\s*$")
 """A row's concurrency, ``pp32 (c2)``: written only when the run's top level is above 1

@@ -1443,8 +1443,8 @@ run_llama_benchy() {
     # README.md, served on 127.0.0.1 by python -m http.server for the run, with HOME in $WORK
     # so its cache stays there. --skip-coherence: its coherence test (client.py:191) asks the
     # model a question the tiny random model cannot answer. Kept: what it prints with the table
-    # (--format md, no --save-result: results.py:486-488 prints it), and each --format's
-    # --save-result file (md, json, csv: config.py's choices) with the console of that run.
+    # (--format md, no --save-result: results.py:487-488 prints it), and each --format's
+    # --save-result file (md, json, csv: config.py:332's choices) with the console of that run.
     local ver=0.4.0 py bin dest port
     py=$(tool_venv llama-benchy "$ver" python3)
     bin=$(dirname "$py")
