@@ -9,6 +9,9 @@ from pathlib import Path
 
 import typer
 
+from kvbudget.results.recorded_llama_benchy import llama_benchy_file_refusal
+from kvbudget.workloads.errors import TraceError
+
 
 class CliError(Exception):
     """A user-facing error: the message names the file, line or field; ``code`` is the exit."""
@@ -31,6 +34,8 @@ def user_errors() -> Iterator[None]:
         yield
     except CliError as exc:
         raise fail(str(exc), exc.code) from None
+    except TraceError as exc:
+        raise fail(_trace_refusal(exc), 2) from None
     except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
             NotADirectoryError, PermissionError, KeyError) as exc:
         msg = str(exc)
@@ -48,6 +53,20 @@ def user_errors() -> Iterator[None]:
         if exc.filename is not None and exc.strerror:
             raise fail(f"{_short(str(exc.filename))}: {exc.strerror}", 2) from None
         raise fail(str(exc), 2) from None
+
+
+_UNTOLD = ("cannot tell the trace format", "its first line opens a JSON value")
+"""How the trace loader refuses a file it cannot place (workloads/traces/load.py)."""
+
+
+def _trace_refusal(exc: TraceError) -> str:
+    """The trace loader's one line; for a file it cannot place that is one of llama-benchy's
+    outputs (``simulate --trace`` given its console, table or report), what it is instead."""
+    if exc.path is not None and exc.problem.startswith(_UNTOLD):
+        named = llama_benchy_file_refusal(Path(exc.path))
+        if named:
+            return f"{exc.path}: not a trace: it {named}"
+    return str(exc)
 
 
 def _nearest_existing(path: Path) -> Path | None:

@@ -21,8 +21,17 @@ mean and standard deviation of its throughputs and of each request's time to fir
   ``{mean, std, values}`` of ``pp_throughput`` ... ``ttfr``, ``est_ppt``, ``e2e_ttft``;
   ``_process_batch`` appends one ``ttfr`` value a request, ``first_response_ts - start_ts`` in
   ms, and keeps no send time, token count or end of any request);
-- ``--format csv``: one row a test of ``*_mean`` and ``*_std`` columns (named as aggregates by
-  :mod:`kvbudget.results.recorded_aggregates`).
+- ``--format csv`` (0.4.0 ``results.py:507-541``): the table's rows, ``model, test_name``, then
+  ``*_mean`` and ``*_std`` of each column (``t_s_mean`` ... ``e2e_ttft_std``).
+
+Run here (llama-benchy 0.4.0 against the CPU vLLM, scripts/make_recording_fixtures.sh
+llama-benchy; tests/fixtures/recordings/llama-benchy-0.4.0/), its files differed from what was
+assumed: the CSV was called a file of aggregates with no tool named; what a ``--save-result``
+run prints holds no table, so no test was counted (a test is a ``Running test:`` line,
+``runner.py:96``; a table row is a test's pp or tg figures, ``results.py:366-432``, two a test
+here); a row's ``(cN)`` concurrency is written only when the run's top level is above 1
+(``results.py:369-371``); and ``simulate --trace`` named none of them
+(:func:`llama_benchy_file_refusal`, called where the trace loader cannot place a file).
 
 Published files were misread: a JSON report (github.com/mozilla-ai/exp-llama-benchy 6d99ba71,
 ``data/20260912-l40s/results/*.json``, llama-benchy 0.4.0; the tool's own ``schemas/
@@ -34,9 +43,13 @@ sample.json``) was refused as a GuideLLM report missing ``benchmarks[0].requests
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 from collections.abc import Mapping
 from itertools import takewhile
+from pathlib import Path
 from typing import Any
 
 _RUN_KEYS = frozenset({"concurrency", "context_size", "prompt_size", "response_size"})
@@ -60,6 +73,26 @@ _TABLE_HEADER = re.compile(
 )
 """The header of llama-benchy's table (``_generate_md_report``), printed or saved."""
 
+_CSV_HEADER = (
+    "model,test_name,t_s_mean,t_s_std,t_s_req_mean,t_s_req_std,peak_ts_mean,peak_ts_std,"
+    "peak_ts_req_mean,peak_ts_req_std,ttfr_mean,ttfr_std,est_ppt_mean,est_ppt_std,"
+    "e2e_ttft_mean,e2e_ttft_std"
+)
+"""The header of ``--format csv`` (llama-benchy 0.4.0 ``results.py:510``), one row a table row."""
+
+_LEVEL = re.compile(r"\(c(\d+)\)\s*$")
+"""A row's concurrency, ``pp32 (c2)``: written only when the run's top level is above 1
+(0.4.0 ``results.py:369-371``), so a file whose rows have none ran at concurrency 1."""
+
+_RUNNING = re.compile(rb"^Running test: pp=", re.MULTILINE)
+"""A test starting, one line each (0.4.0 ``runner.py:96``)."""
+
+_SAVED = re.compile(rb"^Saving results to (.+) in (\w+) format\.\.\.", re.MULTILINE)
+"""What a ``--save-result`` run prints instead of its table (0.4.0 ``results.py:476``)."""
+
+_REPORT_BYTES = 64 << 20
+"""The largest JSON document :func:`llama_benchy_file_refusal` reads whole."""
+
 _RECORD_INSTEAD = (
     "llama-benchy writes no per-request file; record the load with a tool "
     "kvbudget reads (vllm bench serve --save-result --save-detailed, GuideLLM, "
@@ -69,6 +102,26 @@ _RECORD_INSTEAD = (
 
 def _mentions(names: list[str]) -> str:
     return ", ".join(dict.fromkeys(names))
+
+
+def _rows_said(models: list[str], tests: list[str]) -> list[str]:
+    """Model(s), row count and concurrency of a table's rows (each a test's prompt or
+    generation figures: ``pp32 (c1)``, ``tg8 @ d32 (c2)``; 0.4.0 ``results.py:366-432``)."""
+    levels = sorted({int(m.group(1)) for t in tests if (m := _LEVEL.search(t))}) or [1]
+    said = [f"model {_mentions([m[:60] for m in models])}"] if models else []
+    said.append(f"{len(tests)} row(s) (each a test's pp or tg figures)")
+    said.append(f"concurrency {', '.join(map(str, levels))}")
+    return said
+
+
+def _table_rows(text: str) -> tuple[list[str], list[str]]:
+    """The models and tests of a Markdown table's rows (``text`` from past its separator)."""
+    rows = [
+        line.strip().strip("|").split("|")
+        for line in takewhile(lambda line: line.startswith("|"), text.splitlines())
+    ]
+    cells = [[c.strip() for c in row] for row in rows if len(row) >= 2]
+    return [c[0] for c in cells], [c[1] for c in cells]
 
 
 def llama_benchy_report_refusal(doc: Mapping[str, Any]) -> str | None:
@@ -87,10 +140,14 @@ def llama_benchy_report_refusal(doc: Mapping[str, Any]) -> str | None:
     ]
     if isinstance(doc.get("model"), str):
         said.append(f"model {doc['model'][:60]}")
-    levels = sorted({run["concurrency"] for run in runs if isinstance(run["concurrency"], int)})
+    sizes = {
+        key: ", ".join(map(str, sorted({r[key] for r in runs if isinstance(r[key], int)})))
+        for key in ("prompt_size", "context_size", "concurrency")
+    }
     return (
         f"is a llama-benchy report ({_mentions([s for s in said if s])}): {len(runs)} test(s) "
-        f"(prompt size, depth, concurrency {', '.join(map(str, levels))}), each the mean, "
+        f"(prompt size {sizes['prompt_size']}, depth {sizes['context_size']}, concurrency "
+        f"{sizes['concurrency']}), each the mean, "
         "standard deviation and values of its throughputs and of each request's time to first "
         "response (ttfr, est_ppt, e2e_ttft in ms), no request's send time nor token counts: "
         + _RECORD_INSTEAD
@@ -98,15 +155,24 @@ def llama_benchy_report_refusal(doc: Mapping[str, Any]) -> str | None:
 
 
 def llama_benchy_text_refusal(head: bytes) -> str | None:
-    """Why what llama-benchy printed, or its ``--format md`` table saved to a file, is no
-    recording; None for any other text (a JSON document is never one). ``head`` is the
-    file's first 64 KiB; the table is told only where it opens the file (a README quoting
+    """Why what llama-benchy printed, or its ``--format md`` or ``--format csv`` table saved to a
+    file, is no recording; None for any other text (a JSON document is never one). ``head`` is
+    the file's first 64 KiB; the table is told only where it opens the file (a README quoting
     one stays a prose document), the printed output by its banner and one other line of it."""
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
         return None
+    decoded = text.decode("utf-8", "replace")
+    if decoded.split("\n", 1)[0].rstrip("\r") == _CSV_HEADER:
+        rows = list(csv.reader(io.StringIO(decoded)))[1:]
+        said = _rows_said([r[0] for r in rows if r], [r[1] for r in rows if len(r) > 1])
+        return (
+            f"is llama-benchy's table (--format csv, as saved: {', '.join(said)}): per row the "
+            "mean and standard deviation of a test's throughputs and times to first response, "
+            "no request: " + _RECORD_INSTEAD
+        )
     banner = _BANNER.search(text)
-    table = _TABLE_HEADER.search(text.decode("utf-8", "replace"))
+    table = _TABLE_HEADER.search(decoded)
     if banner and any(mark in b"\n" + text for mark in _CONSOLE_MARKS):
         what = f"llama-benchy's console output (llama-benchy {banner.group(1).decode()}, as printed"
     elif table and table.start() == 0:
@@ -120,11 +186,39 @@ def llama_benchy_text_refusal(head: bytes) -> str | None:
     levels = re.search(rb"\nConcurrency levels: (\[[\d, ]*\])", b"\n" + text)
     if levels:
         said.append(f"concurrency levels {levels.group(1).decode()}")
+    if banner:
+        said.append(f"{len(_RUNNING.findall(text))} test(s) run")
     if table:
-        below = text.decode("utf-8", "replace")[table.end() :].splitlines()[2:]  # past |:---|
-        tests = sum(1 for _ in takewhile(lambda line: line.startswith("|"), below))
-        said.append(f"{tests} test row(s)")
+        below = decoded[table.end() :].split("\n", 2)[2:]  # past |:---|
+        models, tests = _table_rows(below[0] if below else "")
+        if banner:  # its model and levels said above
+            said.append(f"{len(tests)} table row(s)")
+        else:
+            said.extend(_rows_said(models, tests))
+    saved = _SAVED.search(text)
+    if saved:
+        said.append(
+            f"its results saved to {saved.group(1).decode('utf-8', 'replace')[:80]} "
+            f"(--format {saved.group(2).decode().lower()}), not in this file"
+        )
     return (
         f"is {what}{': ' + ', '.join(said) if said else ''}): per test the mean ± standard "
         "deviation of its throughputs and times to first response, no request: " + _RECORD_INSTEAD
     )
+
+
+def llama_benchy_file_refusal(path: Path) -> str | None:
+    """Why a file is one of llama-benchy's outputs (its console, a table, its JSON report) and
+    no trace nor recording; None for any other file. Where a trace was asked for, say."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16)
+        said = llama_benchy_text_refusal(head)
+        if said or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"{":
+            return said
+        if path.stat().st_size > _REPORT_BYTES:
+            return None
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return llama_benchy_report_refusal(doc) if isinstance(doc, Mapping) else None

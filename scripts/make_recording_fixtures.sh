@@ -37,6 +37,7 @@
 #                                                      # sglang (bench_serving);
 #                                                      # vllm-benchmark (vllm_bench
 #                                                      # run_only, a harness); locust;
+#                                                      # llama-benchy;
 #                                                      # vllm-otel: the
 #                                                      # server's own spans)
 #
@@ -91,6 +92,7 @@ NUM=20
 WORK=$(mktemp -d)
 SERVER_PID=""
 RECEIVER_PID=""
+BOOK_PID=""  # llama-benchy's book, served on 127.0.0.1
 
 stop_server() {
     if [[ -n "$SERVER_PID" ]]; then
@@ -104,6 +106,7 @@ stop_server() {
 cleanup() {
     stop_server
     [[ -z "$RECEIVER_PID" ]] || kill -TERM "$RECEIVER_PID" 2>/dev/null || true
+    [[ -z "$BOOK_PID" ]] || kill -TERM "$BOOK_PID" 2>/dev/null || true
     if [[ -n "${KVBUDGET_FIXTURE_KEEP_WORK:-}" ]]; then
         echo "make_recording_fixtures: kept $WORK" >&2
     else
@@ -1430,6 +1433,46 @@ PYEOF
     cp "$run/reports"/{summary.json,runs.csv,engines.csv} "$dest/reports/"
 }
 
+run_llama_benchy() {
+    # llama-benchy 0.4.0 (eugr/llama-benchy, MIT), llama-bench's pp/tg tests against an
+    # OpenAI-compatible server's /v1/chat/completions, streamed: a 32-token prompt (pp) and 8
+    # output tokens (tg, --exact-tg: min_tokens and ignore_eos sent) at depth 0 and 32 (a
+    # previous-conversation context), concurrency 1 and 2, 2 runs a test. It builds prompts from
+    # a book it downloads (--book-url, Project Gutenberg by default: corpus.py:86-87
+    # requests.get, cached under ~/.cache/llama-benchy, corpus.py:74): this repository's
+    # README.md, served on 127.0.0.1 by python -m http.server for the run, with HOME in $WORK
+    # so its cache stays there. --skip-coherence: its coherence test (client.py:191) asks the
+    # model a question the tiny random model cannot answer. Kept: what it prints with the table
+    # (--format md, no --save-result: results.py:487-488 prints it), and each --format's
+    # --save-result file (md, json, csv: config.py:332's choices) with the console of that run.
+    local ver=0.4.0 py bin dest port
+    py=$(tool_venv llama-benchy "$ver" python3)
+    bin=$(dirname "$py")
+    dest="$OUT/llama-benchy-$ver"
+    rm -rf "$dest" && mkdir -p "$dest" "$WORK/book" "$WORK/llama-benchy-home"
+    cp "$HERE/README.md" "$WORK/book/book.txt"
+    port=$("$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+    "$py" -m http.server --bind 127.0.0.1 --directory "$WORK/book" "$port" \
+        >"$WORK/book.log" 2>&1 &
+    BOOK_PID=$!
+    for _ in $(seq 60); do curl -sf "http://127.0.0.1:$port/book.txt" >/dev/null && break; sleep 0.5; done
+    local common=(--base-url "$URL/v1" --model tiny --tokenizer "$MODEL_DIR"
+                  --book-url "http://127.0.0.1:$port/book.txt" --pp 32 --tg 8 --exact-tg
+                  --depth 0 32 --concurrency 1 2 --runs 2 --skip-coherence)
+    (
+        cd "$dest"  # --save-result's path is printed: a relative one
+        export HOME="$WORK/llama-benchy-home"
+        "$bin/llama-benchy" "${common[@]}" --format md | tee console.log
+        for fmt in md json csv; do
+            "$bin/llama-benchy" "${common[@]}" --format "$fmt" --save-result "results.$fmt" \
+                | tee "console-save-$fmt.log"
+        done
+    )
+    kill -TERM "$BOOK_PID" 2>/dev/null || true
+    wait "$BOOK_PID" 2>/dev/null || true
+    BOOK_PID=""
+}
+
 run_locust() {
     # Locust 2.47.0, the general load tool people point at LLM servers with a locustfile of their
     # own (genai-bench drives it; bentoml/llm-bench's rows are its history): 2 users, each
@@ -1599,7 +1642,8 @@ TOOLS=("$@")
                                     inference-perf-capped inference-perf-trace inference-perf-sweep
                                     inference-perf-unstreamed
                                     evalscope evalscope-options genai-bench
-                                    genai-bench-options sglang vllm-benchmark locust vllm-otel)
+                                    genai-bench-options sglang vllm-benchmark locust llama-benchy
+                                    vllm-otel)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
     [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
@@ -1647,6 +1691,7 @@ for tool in "${TOOLS[@]}"; do
     sglang) run_sglang ;;
     vllm-benchmark) run_vllm_benchmark ;;
     locust) run_locust ;;
+    llama-benchy) run_llama_benchy ;;
     vllm-otel) run_vllm_otel ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac

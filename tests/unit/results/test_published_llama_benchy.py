@@ -51,7 +51,7 @@ def _table(tmp_path: Path) -> Path:
 def test_its_json_report_is_named_not_read_as_a_broken_guidellm_report() -> None:
     said = _refusal(REPORT)
     assert "is a llama-benchy report (llama-benchy 0.2.2.dev7+gcd427054e, --format json" in said
-    assert "2 test(s) (prompt size, depth, concurrency 1, 2)" in said
+    assert "2 test(s) (prompt size 2048, depth 0, concurrency 1, 2)" in said
     assert "each request's time to first response" in said and "no request's send time" in said
     assert "must hold a 'requests' object" not in said
     # the counts said are the file's: a ttfr value a request, 2 runs at each level
@@ -62,13 +62,20 @@ def test_its_json_report_is_named_not_read_as_a_broken_guidellm_report() -> None
 def test_what_it_printed_is_named_with_its_model_levels_and_tests() -> None:
     said = _refusal(CONSOLE)
     assert "is llama-benchy's console output (llama-benchy 0.4.0, as printed" in said
-    assert "model muse-glimmer-30b-bf16-spec, concurrency levels [1, 5, 10], 6 test row(s)" in said
+    # 3 tests run (its 'Running test:' lines), 6 table rows (a pp and a tg row a test)
+    assert (
+        "model muse-glimmer-30b-bf16-spec, concurrency levels [1, 5, 10], 3 test(s) run, "
+        "6 table row(s))" in said
+    )
     assert "--column" not in said and "prompt_tokens" not in said
 
 
 def test_its_saved_table_is_named_and_a_readme_quoting_one_stays_prose(tmp_path: Path) -> None:
     said = _refusal(_table(tmp_path))
-    assert "is llama-benchy's table (--format md, as saved: 6 test row(s))" in said
+    assert (
+        "is llama-benchy's table (--format md, as saved: model muse-glimmer-30b-bf16-spec, "
+        "6 row(s) (each a test's pp or tg figures), concurrency 1, 5, 10)" in said
+    )
     assert "prose document" not in said
     readme = tmp_path / "README.md"
     readme.write_text("# Results on a DGX Spark\n\n" + _table(tmp_path).read_text())
