@@ -623,4 +623,5 @@ def _errors_table(label: str, err: pd.DataFrame, per_req: pd.DataFrame) -> str:
     headers = ["tier", "metric", *[f"{n}: simulated / measured (s)" for n in names],
                "per-request MAPE", "paired requests"]
     return _table(headers, rows, caption=f"{label}: simulated against measured over the requests "
-                  "completed in both; the small figure is the relative error of the quantile.")
+                  "completed in both; the small figure is the relative error of the quantile, "
+                  "(simulated - measured) / measured: + where the simulation is higher.")

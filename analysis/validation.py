@@ -39,6 +39,10 @@ THROUGHPUT_SAID = ("output_tokens_per_s: completed output tokens over the time t
                    "completes)")
 """The line under a comparison table that says what its throughput is over."""
 
+REL_ERROR_SAID = "rel. error: (simulated - measured) / measured, + where the simulation is higher"
+"""The line under a comparison table that says which way its signed errors point (a per-request
+MAPE, the mean of the absolute errors, has no sign)."""
+
 COMPARISON_COLUMNS = ("metric", "simulated", "measured", "rel_error")
 
 COUNT_METRICS = frozenset({"completed", "preemptions", "rejections"})

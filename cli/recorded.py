@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
+from kvbudget.analysis.validation import (
+    KEY_METRICS,
+    REL_ERROR_SAID,
+    THROUGHPUT_SAID,
+    table_cell,
+)
 from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
@@ -676,8 +681,10 @@ def _param_values(params: list[str] | None) -> dict[str, Any]:
     return values
 
 
-def _pct(x: Any) -> str:
-    return "-" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):+.1f}%"
+def _pct(x: Any, sign: str = "+") -> str:
+    """A fraction as a percentage, signed (a relative error) or, with ``sign=""``, not (a
+    MAPE: a mean of absolute errors)."""
+    return "-" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):{sign}.1f}%"
 
 
 def recording_headline(rec: "Recording") -> str:
@@ -796,6 +803,7 @@ def print_comparison(table: Any, title: str) -> None:
     interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
     typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
                       _table_rows(table)))
+    typer.echo(REL_ERROR_SAID)
     typer.echo(fill(THROUGHPUT_SAID))
     if interval:
         typer.echo("95 % interval: where the measured figure should fall, given the fitted "
@@ -1079,7 +1087,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
              f"held out (the last {holdout:g}, {counted(result.num_compared, 'request')}):")
     print_comparison(result.table, title)
     typer.echo(render(("per-request", "pairs", "MAPE"), [
-        [r["metric"], r["num_pairs"], _pct(r["mape"])]
+        [r["metric"], r["num_pairs"], _pct(r["mape"], sign="")]
         for r in result.per_request.to_dict(orient="records")]))
     for line in result.said:
         typer.echo(fill(line))
