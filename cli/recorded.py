@@ -716,6 +716,8 @@ def _describe_recording(setup: RecordedSetup) -> None:
                + ("" if e.name == "vllm" else f", engine {e.name}") + ": "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} "
+               + (f"gpu_memory_utilization={e.memory_utilization:g} "  # what sized the blocks
+                  if e.num_gpu_blocks is None else "")
                + (f"tensor_parallel_size={e.tensor_parallel_size} "
                   if e.tensor_parallel_size > 1 else "")
                + f"max_num_seqs={e.max_num_seqs} "

@@ -52,3 +52,63 @@ def test_validate_says_its_errors_sign_and_prints_mape_unsigned(tmp_path: Path) 
     tpot = next(ln for ln in lines if ln.startswith("tpot_mean_s"))
     assert table["tpot_mean_s"]["simulated"] > table["tpot_mean_s"]["measured"]
     assert tpot.split()[-1].startswith("+"), tpot
+
+
+def test_the_simulated_line_says_what_the_kv_capacity_was_sized_at(tmp_path: Path) -> None:
+    """``simulate --gpu-memory-utilization 0.8`` said "KV capacity 360,464 tokens" beside the
+    engine's knobs, as the default run said 438,192, with neither the fraction of memory (vLLM
+    0.32.0's default 0.92, vllm/config/cache.py:102; kvbudget-0.1's 0.9) nor the block size
+    behind it, and summary.json kept no utilization: a vLLM user comparing the figure with
+    their server's "GPU KV cache size" could not tell what it assumed. Both are said now, the
+    utilization kept in the summary's ``engine_knobs``; not where num_gpu_blocks was given
+    (then the memory sizes nothing)."""
+    base = ("simulate", "--set", "workload.num_requests=20")
+    code, stdout, _ = run(*base, "--gpu-memory-utilization", "0.8", "--out", tmp_path / "r")
+    assert code == 0
+    first = flat(stdout.split("\npolicy ")[0])
+    assert "16-bit KV, block_size 16, gpu_memory_utilization 0.8), KV capacity 360,464 " in first
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["engine_knobs"]["gpu_memory_utilization"] == 0.8
+    assert summary["kv_capacity_tokens"] == 360_464
+    code, stdout, _ = run(*base, "--engine-defaults", "kvbudget-0.1")
+    assert code == 0
+    assert "block_size 16, gpu_memory_utilization 0.9), KV capacity 449,856 " in flat(stdout)
+    code, stdout, _ = run(*base, "--num-gpu-blocks", "1000", "--block-size", "32")
+    assert code == 0
+    first = flat(stdout.split("\npolicy ")[0])
+    assert "16-bit KV, block_size 32), KV capacity 32,000 tokens (engine.num_gpu_blocks" in first
+    assert "gpu_memory_utilization" not in first
+
+
+def test_validate_says_the_memory_fraction_its_kv_blocks_were_sized_at(tmp_path: Path) -> None:
+    """``validate --records`` said "simulated on H100-SXM / Llama-3.1-8B: num_gpu_blocks=27387
+    block_size=16 ..." of blocks sized from the GPU's memory without the fraction of it."""
+    code, stdout, stderr = run(
+        "validate", "--records", RATE8, "--model", "Llama-3.1-8B", "--out", tmp_path / "val"
+    )
+    assert code == 0, stderr
+    line = flat(stdout.split("simulated on ")[1].split("\nstage")[0])
+    assert line.startswith(
+        "H100-SXM / Llama-3.1-8B: num_gpu_blocks=27387 block_size=16 "
+        "gpu_memory_utilization=0.92 max_num_seqs=1024"
+    ), line
+
+
+def test_gpu_memory_utilizations_help_names_every_default(tmp_path: Path) -> None:
+    """``--gpu-memory-utilization``'s help said "(default: vLLM's 0.92)", though a scenario's
+    ``engine.gpu_memory_utilization`` sets it and ``--engine-defaults kvbudget-0.1`` sizes the
+    KV cache at 0.9 (``EngineConfig.resolved``). Each default the help names is checked."""
+    res = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
+    assert (
+        "(default: the scenario's, else the --engine-defaults': vLLM's 0.92, kvbudget-0.1's 0.9)"
+        in flat(res.stdout)
+    ), res.stdout
+    base = ("simulate", "--set", "workload.num_requests=20", "--json")
+    for extra, fraction in (
+        ((), 0.92),
+        (("--engine-defaults", "kvbudget-0.1"), 0.9),
+        (("--set", "engine.gpu_memory_utilization=0.7"), 0.7),
+    ):
+        code, stdout, stderr = run(*base, *extra)
+        assert code == 0, stderr
+        assert json.loads(stdout)["engine_knobs"]["gpu_memory_utilization"] == fraction, extra
