@@ -112,3 +112,58 @@ def test_gpu_memory_utilizations_help_names_every_default(tmp_path: Path) -> Non
         code, stdout, stderr = run(*base, *extra)
         assert code == 0, stderr
         assert json.loads(stdout)["engine_knobs"]["gpu_memory_utilization"] == fraction, extra
+
+
+def test_validate_says_when_its_percentiles_rest_on_few_requests(tmp_path: Path) -> None:
+    """``validate --records`` of GuideLLM's sweep printed a measured TTFT p99 of 0.132 s and a
+    -77.4 % error over 8 requests, and each stage's p99 over 2 or 3, as if over a tail: a p99
+    over 100 or fewer lies between the two largest values (numpy's interpolation, as the tools'
+    own summaries take it), about the maximum. It is said now, with the counts."""
+    code, stdout, stderr = run(
+        "validate", "--records", SWEEP, "--model", "Llama-3.1-8B", "--out", tmp_path / "g"
+    )
+    assert code == 0, stderr
+    assert (
+        "few requests: TTFT, TPOT and E2E over 8 requests, a load stage's over as few as 2: a "
+        "p99 over 100 or fewer lies between the two largest values (a p90 over 10 or fewer too), "
+        "about the maximum, which one request moves"
+    ) in flat(stdout), stdout
+    code, stdout, stderr = run(
+        "validate", "--records", RATE8, "--model", "Llama-3.1-8B", "--out", tmp_path / "v"
+    )
+    assert code == 0, stderr  # 15 of 20 read whole at once: TTFT and TPOT over the other 5
+    assert "few requests: TTFT and TPOT over 5 requests, E2E over 20 requests: a p99" in flat(
+        stdout
+    ), stdout
+
+
+def test_the_few_requests_line_starts_where_a_p99_is_between_the_two_largest() -> None:
+    """At 100 requests numpy's p99 is still between the two largest values; at 101 it is the
+    largest but one; a hold-out's rows and failed requests are not counted."""
+    import numpy as np
+    import pandas as pd
+
+    from kvbudget.analysis.validation import few_requests_said
+
+    def records(n: int, failed: int = 0) -> pd.DataFrame:
+        v = np.linspace(0.1, 1.0, n + failed)
+        return pd.DataFrame(
+            {
+                "status": ["completed"] * n + ["error"] * failed,
+                "ttft_s": v,
+                "tpot_s": v / 10,
+                "e2e_s": v * 2,
+            }
+        )
+
+    for n in (100, 101):
+        v = np.sort(records(n)["ttft_s"].to_numpy())
+        assert (np.percentile(v, 99) > v[-2]) == (n <= 100)
+    assert "TTFT, TPOT and E2E over 100 requests" in (few_requests_said(records(100)) or "")
+    assert few_requests_said(records(101)) is None
+    assert few_requests_said(records(100, failed=30)) is not None
+    rows = np.arange(101) < 50
+    assert "over 50 requests" in (few_requests_said(records(101), rows=rows) or "")
+    stages = ["a"] * 99 + ["b"] * 102
+    said = few_requests_said(records(201), stages=stages) or ""
+    assert "over 201 requests, a load stage's over as few as 99" in said, said
