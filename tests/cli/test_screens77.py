@@ -167,3 +167,25 @@ def test_the_few_requests_line_starts_where_a_p99_is_between_the_two_largest() -
     stages = ["a"] * 99 + ["b"] * 102
     said = few_requests_said(records(201), stages=stages) or ""
     assert "over 201 requests, a load stage's over as few as 99" in said, said
+
+
+def test_the_reports_itl_table_has_no_row_for_a_tier_nothing_was_offered_in(
+    tmp_path: Path,
+) -> None:
+    """``kvbudget report`` of ``validate --records``' simulated run (every request of the
+    recording 'interactive') listed a 'batch' row of dashes in its inter-token latency table
+    alone, as if the run had a batch tier with no tokens; the outcomes and latency tables list
+    the interactive tier only. The ITL table now leaves out a tier nothing was offered in."""
+    from kvbudget.analysis.report import build_report
+
+    code, _, stderr = run(
+        "validate", "--records", RATE8, "--model", "Llama-3.1-8B", "--out", tmp_path / "v"
+    )
+    assert code == 0, stderr
+    summary = json.loads((tmp_path / "v" / "sim" / "summary.json").read_text())
+    assert summary["tiers"]["batch"]["offered"] == 0  # the default tiers, one unused
+    rep = build_report([tmp_path / "v" / "sim"], tmp_path / "r", num_resamples=50)
+    text = rep.html_path.read_text()
+    itl = text.split("Inter-token latency")[1].split("</table>")[0]
+    assert "<td>interactive</td>" in itl and "<td>all</td>" in itl
+    assert "<td>batch</td>" not in itl, itl
