@@ -189,3 +189,31 @@ def test_the_reports_itl_table_has_no_row_for_a_tier_nothing_was_offered_in(
     itl = text.split("Inter-token latency")[1].split("</table>")[0]
     assert "<td>interactive</td>" in itl and "<td>all</td>" in itl
     assert "<td>batch</td>" not in itl, itl
+
+
+def test_compare_says_when_a_rows_p99_rests_on_few_requests(tmp_path: Path) -> None:
+    """``compare`` of GuideLLM's sweep converted to a trace (8 requests) printed "TTFT p99
+    0.0303" for each policy and tier with the note calling it a p99 over the completed
+    requests, as over a tail: over 100 or fewer it is between the two largest values. The note
+    says so, with the fewest a row has, and says nothing where every row has more."""
+    trace = tmp_path / "sweep.csv"
+    code, _, stderr = run("trace", "convert", SWEEP, "--out", trace)
+    assert code == 0, stderr
+    deployment = ("--model", "Llama-3.1-8B", "--gpu", "H100-80GB")
+    code, stdout, stderr = run(
+        "compare", "--trace", trace, *deployment, "--policies", "unlimited,conservative"
+    )
+    assert code == 0, stderr
+    assert (
+        "a p99 over 100 completed requests or fewer (a row's done; here as few as 8) lies "
+        "between the two largest values, about the maximum, which one request moves)"
+    ) in flat(stdout), stdout
+    for n, said in ((100, True), (101, False)):
+        small = tmp_path / f"n{n}.csv"
+        small.write_text(
+            "arrival_s,prompt_tokens,output_tokens\n"
+            + "".join(f"{i / 10},100,20\n" for i in range(n))
+        )
+        code, stdout, stderr = run("simulate", "--trace", small, *deployment)
+        assert code == 0, stderr
+        assert ("here as few as 100" in flat(stdout)) is said, stdout
