@@ -17,6 +17,7 @@ from kvbudget.analysis.validation import (
     KEY_METRICS,
     REL_ERROR_SAID,
     THROUGHPUT_SAID,
+    few_requests_said,
     table_cell,
 )
 from kvbudget.analysis.whole_answer import whole_answer_said
@@ -61,6 +62,7 @@ from kvbudget.studies.recorded_replay import (
 from kvbudget.studies.validate import (
     no_gateway_said,
     recorded_policy,
+    recording_stages,
     replay_problems,
     served_refusals,
     simulate_recording,
@@ -959,13 +961,17 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
 
 
 def _print_whole_answer(setup: RecordedSetup, rows: Any) -> None:
-    """The line under a fit's table when some of its requests got their whole answer in one
-    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`)."""
+    """The lines under a fit's table when some of its requests got their whole answer in one
+    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`) and when its p99s rest on
+    few requests (:func:`~kvbudget.analysis.validation.few_requests_said`)."""
     said = whole_answer_said(setup.recording.measured, rows,
                              what="the fit and the TTFT and TPOT rows above",
                              reader=reader_of(setup.recording.config))
     if said:
         typer.echo(fill(said))
+    few = few_requests_said(setup.recording.records(), recording_stages(setup.recording), rows)
+    if few:  # what the fit's table is over, as validate says it of its own
+        typer.echo(fill(few))
 
 
 def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:

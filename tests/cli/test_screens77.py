@@ -217,3 +217,27 @@ def test_compare_says_when_a_rows_p99_rests_on_few_requests(tmp_path: Path) -> N
         code, stdout, stderr = run("simulate", "--trace", small, *deployment)
         assert code == 0, stderr
         assert ("here as few as 100" in flat(stdout)) is said, stdout
+
+
+def test_calibrate_says_when_its_in_sample_percentiles_rest_on_few_requests(
+    tmp_path: Path,
+) -> None:
+    """``calibrate --records``' in-sample table is validate's, over the fit's requests: its
+    p99s over GuideLLM's 8 (a stage's 2) got no word either."""
+    code, stdout, stderr = run(
+        "calibrate",
+        "--records",
+        SWEEP,
+        "--model",
+        "Llama-3.1-8B",
+        "--out",
+        tmp_path / "cost.json",
+        "--max-evals",
+        "1",
+    )
+    assert code == 0, stderr
+    assert "rel. error: (simulated - measured) / measured" in stdout
+    assert (
+        "few requests: TTFT, TPOT and E2E over 8 requests, a load stage's over as few as 2"
+        in flat(stdout)
+    ), stdout
