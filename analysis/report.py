@@ -339,12 +339,14 @@ def _latency_table(table: pd.DataFrame) -> str:
 
 def _itl_table(runs: Mapping[str, RunResult]) -> str:
     """Inter-token latency (the gaps between a request's tokens, over every token of the
-    completed requests: ``summary.json``'s ``itl_s``), per run and tier; nothing when no run has
-    it (a run directory written before it was recorded)."""
+    completed requests: ``summary.json``'s ``itl_s``), per run and tier (a tier no request was
+    offered in has no row, as in the outcomes table); nothing when no run has it (a run
+    directory written before it was recorded)."""
     rows = []
     for label, run in runs.items():
         parts = [("all", run.summary.get("overall", {}))]
-        parts += sorted((str(t), v) for t, v in (run.summary.get("tiers") or {}).items())
+        parts += sorted((str(t), v) for t, v in (run.summary.get("tiers") or {}).items()
+                        if not (isinstance(v, Mapping) and v.get("offered") == 0))
         for tier, part in parts:
             itl = part.get("itl_s") if isinstance(part, Mapping) else None
             if not isinstance(itl, Mapping):
@@ -623,4 +625,5 @@ def _errors_table(label: str, err: pd.DataFrame, per_req: pd.DataFrame) -> str:
     headers = ["tier", "metric", *[f"{n}: simulated / measured (s)" for n in names],
                "per-request MAPE", "paired requests"]
     return _table(headers, rows, caption=f"{label}: simulated against measured over the requests "
-                  "completed in both; the small figure is the relative error of the quantile.")
+                  "completed in both; the small figure is the relative error of the quantile, "
+                  "(simulated - measured) / measured: + where the simulation is higher.")

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from kvbudget.analysis.whole_answer import live_whole_answer_said
 from kvbudget.policies import TierConfig
 from kvbudget.results.metrics import quantiles, summarize, weighted_quantiles
+from kvbudget.workloads.counted import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,6 +39,10 @@ THROUGHPUT_SAID = ("output_tokens_per_s: completed output tokens over the time t
                    "arrival window, which is the same on both sides whenever every request "
                    "completes)")
 """The line under a comparison table that says what its throughput is over."""
+
+REL_ERROR_SAID = "rel. error: (simulated - measured) / measured, + where the simulation is higher"
+"""The line under a comparison table that says which way its signed errors point (a per-request
+MAPE, the mean of the absolute errors, has no sign)."""
 
 COMPARISON_COLUMNS = ("metric", "simulated", "measured", "rel_error")
 
@@ -536,3 +541,46 @@ def compare_recorded(simulated: pd.DataFrame, measured: pd.DataFrame,
         for metric in mv:
             out.append((label, metric, sv[metric], mv[metric], rel_error(sv[metric], mv[metric])))
     return pd.DataFrame(out, columns=list(STAGE_COLUMNS))
+
+
+FEW_FOR_P99 = 100
+"""A p99 over this many values or fewer lies between the two largest (``np.percentile``'s
+linear interpolation, as vLLM's and GuideLLM's summaries take it: position ``0.99 (n - 1)``
+is past ``n - 2`` while ``n <= 100``); a p90 likewise over 10 or fewer."""
+
+_METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+
+
+def few_requests_said(measured: pd.DataFrame, stages: Sequence[str] | None = None,
+                      rows: npt.NDArray[np.bool_] | None = None) -> str | None:
+    """The line under a comparison whose p99s (or p90s) rest on so few requests that they are
+    about the maximum, which one request moves (:data:`FEW_FOR_P99`): how many each metric's
+    figures are over (``compare_recorded``'s requests: completed, ``rows``, each metric's
+    measured ones) and a load stage's fewest; None where every one has more."""
+    keep = (measured["status"] == "completed").to_numpy()
+    if rows is not None:
+        keep = keep & np.asarray(rows, dtype=bool)
+    labels = np.array([OVERALL] * len(measured) if stages is None else list(stages), dtype=object)
+    counts, fewest = {}, math.inf
+    for metric, word in _METRIC_WORDS.items():
+        have = keep & np.isfinite(measured[metric].to_numpy(dtype=np.float64))
+        if have.any():
+            counts[word] = int(have.sum())
+            fewest = min([fewest, *(int((have & (labels == s)).sum())
+                                    for s in dict.fromkeys(labels[have].tolist()))])
+    if not counts or fewest > FEW_FOR_P99:
+        return None
+    by_count: dict[int, list[str]] = {}
+    for word, n in counts.items():
+        by_count.setdefault(n, []).append(word)
+    over = ", ".join(_and(words) + f" over {counted(n, 'request')}"
+                     for n, words in by_count.items())
+    stage = (f", a load stage's over as few as {int(fewest):,}"
+             if fewest < min(counts.values()) else "")
+    return (f"few requests: {over}{stage}: a p99 over {FEW_FOR_P99} or fewer lies between the "
+            "two largest values (a p90 over 10 or fewer too), about the maximum, which one "
+            "request moves")
+
+
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

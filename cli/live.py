@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
+from kvbudget.analysis.validation import (
+    KEY_METRICS,
+    REL_ERROR_SAID,
+    THROUGHPUT_SAID,
+    table_cell,
+)
 from kvbudget.cli import recorded
 from kvbudget.cli.errors import CliError, check_out_dir, check_out_file, fail, user_errors
 from kvbudget.cli.fit_tables import class_error_table, coefficient_table
@@ -1098,17 +1103,18 @@ def _print_live_validation(outcome: "LiveComparison", run: "LiveValidationRun", 
     corrected = (None if outcome.drift_corrected is None
                  else (outcome.drift_factor, outcome.drift_corrected))
 
-    def pct(x: float) -> str:
-        return "-" if not math.isfinite(x) else f"{100 * x:+.1f}%"
+    def pct(x: float, sign: str = "+") -> str:  # a MAPE (a mean of absolute errors): no sign
+        return "-" if not math.isfinite(x) else f"{100 * x:{sign}.1f}%"
 
     typer.echo(render(("metric", "simulated", "measured", "rel. error"), [
         [r["metric"], table_cell(r["metric"], r["simulated"]),
          table_cell(r["metric"], r["measured"]), pct(r["rel_error"])]
         for r in result.metrics.to_dict(orient="records")
     ]))
+    typer.echo(REL_ERROR_SAID)
     typer.echo(fill(THROUGHPUT_SAID))
     typer.echo(render(("per-request", "pairs", "MAPE"), [
-        [r["metric"], r["num_pairs"], pct(r["mape"])]
+        [r["metric"], r["num_pairs"], pct(r["mape"], sign="")]
         for r in result.per_request.to_dict(orient="records")
     ]))
     for line in result.said:  # what the comparison left out (requests read whole at once)

@@ -139,8 +139,10 @@ ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
         "the scenario's, else vllm).",
         rich_help_panel=_E)], None, "name"),
     "gpu_memory_utilization": (Annotated[float | None, typer.Option(
-        "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (default: "
-        "vLLM's 0.92).", rich_help_panel=_E)], None, "gpu_memory_utilization"),
+        "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use, the KV cache "
+        "sized in what the weights and activations leave of it (default: the scenario's, else "
+        "the --engine-defaults': vLLM's 0.92, kvbudget-0.1's 0.9).", rich_help_panel=_E)], None,
+        "gpu_memory_utilization"),
     "tensor_parallel_size": (Annotated[int | None, typer.Option(
         "--tensor-parallel-size", "-tp", help="GPUs each replica shards the model over "
         "(default: the scenario's, else 1).",

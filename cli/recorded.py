@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import typer
 
-from kvbudget.analysis.validation import KEY_METRICS, THROUGHPUT_SAID, table_cell
+from kvbudget.analysis.validation import (
+    KEY_METRICS,
+    REL_ERROR_SAID,
+    THROUGHPUT_SAID,
+    few_requests_said,
+    table_cell,
+)
 from kvbudget.analysis.whole_answer import whole_answer_said
 from kvbudget.cli.errors import CliError, fail
 from kvbudget.cli.options import policy_from_flags
@@ -56,6 +62,7 @@ from kvbudget.studies.recorded_replay import (
 from kvbudget.studies.validate import (
     no_gateway_said,
     recorded_policy,
+    recording_stages,
     replay_problems,
     served_refusals,
     simulate_recording,
@@ -676,8 +683,10 @@ def _param_values(params: list[str] | None) -> dict[str, Any]:
     return values
 
 
-def _pct(x: Any) -> str:
-    return "-" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):+.1f}%"
+def _pct(x: Any, sign: str = "+") -> str:
+    """A fraction as a percentage, signed (a relative error) or, with ``sign=""``, not (a
+    MAPE: a mean of absolute errors)."""
+    return "-" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):{sign}.1f}%"
 
 
 def recording_headline(rec: "Recording") -> str:
@@ -709,6 +718,8 @@ def _describe_recording(setup: RecordedSetup) -> None:
                + ("" if e.name == "vllm" else f", engine {e.name}") + ": "
                f"num_gpu_blocks={setup.config.resolved_num_gpu_blocks()} "
                f"block_size={e.block_size} "
+               + (f"gpu_memory_utilization={e.memory_utilization:g} "  # what sized the blocks
+                  if e.num_gpu_blocks is None else "")
                + (f"tensor_parallel_size={e.tensor_parallel_size} "
                   if e.tensor_parallel_size > 1 else "")
                + f"max_num_seqs={e.max_num_seqs} "
@@ -796,6 +807,7 @@ def print_comparison(table: Any, title: str) -> None:
     interval = ("95 % interval",) if INTERVAL_COLUMNS[0] in table else ()
     typer.echo(render(("metric", "simulated", *interval, "measured", "rel. error"),
                       _table_rows(table)))
+    typer.echo(REL_ERROR_SAID)
     typer.echo(fill(THROUGHPUT_SAID))
     if interval:
         typer.echo("95 % interval: where the measured figure should fall, given the fitted "
@@ -949,13 +961,17 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
 
 
 def _print_whole_answer(setup: RecordedSetup, rows: Any) -> None:
-    """The line under a fit's table when some of its requests got their whole answer in one
-    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`)."""
+    """The lines under a fit's table when some of its requests got their whole answer in one
+    read (:func:`~kvbudget.analysis.whole_answer.whole_answer_said`) and when its p99s rest on
+    few requests (:func:`~kvbudget.analysis.validation.few_requests_said`)."""
     said = whole_answer_said(setup.recording.measured, rows,
                              what="the fit and the TTFT and TPOT rows above",
                              reader=reader_of(setup.recording.config))
     if said:
         typer.echo(fill(said))
+    few = few_requests_said(setup.recording.records(), recording_stages(setup.recording), rows)
+    if few:  # what the fit's table is over, as validate says it of its own
+        typer.echo(fill(few))
 
 
 def _with_intervals(table: Any, intervals: dict[str, tuple[float, float]]) -> Any:
@@ -1079,7 +1095,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
              f"held out (the last {holdout:g}, {counted(result.num_compared, 'request')}):")
     print_comparison(result.table, title)
     typer.echo(render(("per-request", "pairs", "MAPE"), [
-        [r["metric"], r["num_pairs"], _pct(r["mape"])]
+        [r["metric"], r["num_pairs"], _pct(r["mape"], sign="")]
         for r in result.per_request.to_dict(orient="records")]))
     for line in result.said:
         typer.echo(fill(line))

@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvbudget.analysis.validation import FEW_FOR_P99
 from kvbudget.results.features_said import feature_lines
 from kvbudget.results.said import (
     CONTEXT_DEFAULT_REFUSED,
@@ -259,6 +260,21 @@ def units_note(wide: bool, window: Any) -> str:
     return note
 
 
+def few_completed_said(summaries: Sequence[dict[str, Any]]) -> str:
+    """The clause of the note under the runs' tables where a row's p99 rests on 100 completed
+    requests or fewer (:data:`~kvbudget.analysis.validation.FEW_FOR_P99`): it is then between
+    the two largest values, about the maximum; ``""`` where every row has more."""
+    done = [int(b.get("completed") or 0) for s in summaries
+            for b in (s.get("overall") or {}, *(s.get("tiers") or {}).values())
+            if isinstance(b, Mapping)]
+    fewest = min((n for n in done if n > 0), default=0)
+    if not 0 < fewest <= FEW_FOR_P99:
+        return ""
+    return (f"; a p99 over {FEW_FOR_P99} completed requests or fewer (a row's done; here as few "
+            f"as {fewest:,}) lies between the two largest values, about the maximum, which one "
+            "request moves")
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float | None, ...]] | None = None,
                      conclusion: str | None = None, defaults: str | None = None) -> str:
@@ -285,7 +301,7 @@ def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
     for extra in (_refused_line(summaries), *feature_lines(summaries)):
         if extra:
             lines.append(textwrap.fill(extra, WIDTH, subsequent_indent="  "))
-    note = units_note(wide, window)
+    note = units_note(wide, window) + few_completed_said(summaries)
     lines.append(textwrap.fill(note + ")", WIDTH, break_on_hyphens=False))
     # the targets of the tiers the runs offered requests in (not a tier the workload never used)
     offered = {t for s in summaries for t, b in (s.get("tiers") or {}).items() if b.get("offered")}

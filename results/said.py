@@ -154,8 +154,9 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
     """What else the engine assumed that moves the figures, from the summary: the context
     (``max_model_len``: vLLM's default is the model's), prefix caching (on, and whether the
     workload had prefix hashes to share), the weights' and the KV cache's dtypes (``auto``:
-    the model's 16-bit activation dtype); ``""`` for what the summary does not have (a
-    disaggregated deployment's pools have their own knobs)."""
+    the model's 16-bit activation dtype), the block size and the ``gpu_memory_utilization``
+    the KV capacity was sized at (none where ``num_gpu_blocks`` was given); ``""`` for what the
+    summary does not have (a disaggregated deployment's pools have their own knobs)."""
     said = []
     if knobs.get("max_model_len") is not None:
         said.append(f"max_model_len {int(knobs['max_model_len']):,}")
@@ -169,6 +170,10 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
         said.append(f"{dtype} weights")
     if kv:  # auto: the model's 16-bit activation dtype (perf/models.py)
         said.append(f"{'16-bit' if kv == 'auto' else kv} KV")
+    if knobs and isinstance(s.get("block_size"), int):
+        said.append(f"block_size {s['block_size']}")
+    if knobs.get("gpu_memory_utilization") is not None:  # what the KV capacity was sized at
+        said.append(f"gpu_memory_utilization {float(knobs['gpu_memory_utilization']):g}")
     return "".join(f", {x}" for x in said)
 
 

@@ -646,13 +646,15 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
 def _knobs(e: EngineConfig) -> dict[str, Any]:
     """The engine knobs a run resolved (vLLM's defaults for the GPU where none was given):
     what a user checks against their own server's flags; ``num_gpu_blocks`` where it was
-    given (the KV cache set, not sized from the GPU's memory)."""
+    given (the KV cache set, not sized from the GPU's memory), else the
+    ``gpu_memory_utilization`` the KV cache was sized at."""
     return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
             "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
             "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_prefix_caching": e.enable_prefix_caching,
             "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype,
-            **({} if e.num_gpu_blocks is None else {"num_gpu_blocks": e.num_gpu_blocks})}
+            **({"gpu_memory_utilization": e.memory_utilization} if e.num_gpu_blocks is None
+               else {"num_gpu_blocks": e.num_gpu_blocks})}
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]

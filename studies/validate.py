@@ -30,6 +30,7 @@ from kvbudget.analysis.validation import (
     Validation,
     compare_recorded,
     counts_whole,
+    few_requests_said,
     offered_rate_stages,
     per_request_errors,
     plot_validation,
@@ -349,6 +350,7 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
     overhead = float(sim.summary.get("frontend_overhead_s", 0.0))
     compared = sim.records if rows is None else sim.records[rows]
     said = (whole_answer_said(recording.measured, rows, reader=reader_of(recording.config)),
+            few_requests_said(measured, stages, rows),
             peak_said(recording, compared),
             trace_cap_said(recording, compared))
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,

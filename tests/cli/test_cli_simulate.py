@@ -657,7 +657,7 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "H100-80GB), routed round_robin, one token budget over them, engine vllm "
      "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
      "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
-     "KV)"),
+     "KV, block_size 16, gpu_memory_utilization 0.92)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
      "on 3 replicas (2 of H100-80GB; 1 of H200), routed round_robin, one token budget over "
      "them, engine vllm (vllm's defaults for unset knobs, "
@@ -671,7 +671,8 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
      "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
      "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
-     "share), bfloat16 weights, 16-bit KV), KV capacity 1,752,768 tokens (at 4 replicas); "
+     "share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
+     "capacity 1,752,768 tokens (at 4 replicas); "
      "workload"),
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",

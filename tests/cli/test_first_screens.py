@@ -114,13 +114,15 @@ def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path:
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
     assert ("max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes "
-            "to share), bfloat16 weights, 16-bit KV), KV capacity 438,192 tokens") in first, first
+            "to share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), "
+            "KV capacity 438,192 tokens") in first, first
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--model",
                                "Llama-2-7B", "--set", "engine.kv_cache_dtype=fp8", "--set",
                                "engine.enable_prefix_caching=false")
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
-    assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV)" in first, first
+    assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV, block_size 16, " \
+        "gpu_memory_utilization 0.92)" in first, first
 
 
 def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path: Path) -> None:

@@ -144,6 +144,8 @@ def test_report_compares_with_a_measured_run(two_runs: list[Path], tmp_path: Pat
     first = text.split("Simulated against measured")[1].split("</table>")[0]
     assert len(re.findall(r"<small>([^<]*)</small>", first)) == 2 * 3 * 3
     assert set(re.findall(r"<small>([^<]*)</small>", first)) == {"+0.0%"}
+    # which way a relative error points is said (it was "the relative error of the quantile")
+    assert "(simulated - measured) / measured: + where the simulation is higher" in first
 
 
 def test_bad_run_dir_is_one_line_and_exit_2(two_runs: list[Path], tmp_path: Path) -> None:

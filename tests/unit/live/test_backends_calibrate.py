@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import queue
+import re
 import signal
 import textwrap
 import threading
@@ -518,6 +519,14 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
                               "--correct-drift", "--out", str(out), "--poll-period", "0.1"])
     assert res.exit_code == 0, res.stderr
     assert "ttft_p50_s" in res.stdout and "per-request" in res.stdout
+    # which way its errors point is said, and the per-request MAPE (a mean of absolute errors)
+    # has no sign (it printed "+57.9%", test_screens77)
+    assert "rel. error: (simulated - measured) / measured, + where the simulation is higher" \
+        in res.stdout
+    lines = res.stdout.splitlines()
+    head = lines.index(next(ln for ln in lines if ln.startswith("per-request")))
+    mapes = [ln.split()[-1] for ln in lines[head + 2:head + 5]]
+    assert all(re.fullmatch(r"\d+\.\d%|-", m) for m in mapes), lines[head:head + 5]
     # what the server did that changes the answer, as replay's output says it (before: replay's
     # output only)
     live = read_run(out / "live").summary
