@@ -23,7 +23,7 @@ from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
 from kvbudget.results.recorded_llama_benchy import llama_benchy_report_refusal
 from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
-from kvbudget.results.recorded_vllm_bench_client import pooling_problem
+from kvbudget.results.recorded_vllm_bench_client import forward_said, pooling_problem
 from kvbudget.results.recorded_vllm_benchmark import (
     vllm_benchmark_csv_refusal,
     vllm_benchmark_refusal,
@@ -138,18 +138,12 @@ def _offline_refusal(doc: Mapping[str, Any]) -> str | None:
     sgl-project/sglang python/sglang/bench_one_batch.py at fe867456,
     bench_one_batch_server.py at b23a42fc, bench_offline_throughput.py at 00d02fb4;
     llama.cpp's ``llama-bench -o json|jsonl``: ``avg_ts`` of a prompt or generation test;
-    ``vllm bench forward --output-json``, new in vLLM 0.33.0: a list of cases, each ``case``,
-    ``requests`` (``query_len``, ``kv_len``, ``num_draft_tokens``...), ``median_us`` and
-    ``ranks``, the model forward of one fixed batch timed as a CUDA graph: 0.34.0
-    vllm/benchmarks/forward/main.py lines 265-272 and 294-296, 0.33.0's 259-266 and 288-290)."""
+    ``vllm bench forward --output-json``: :func:`~kvbudget.results.recorded_vllm_bench_client.
+    forward_said`)."""
     keys = set(doc)
-    if {"case", "requests", "median_us", "ranks"} <= keys:
-        return (
-            "is vllm bench forward's --output-json (vLLM 0.33 and later): the model "
-            "forward time of fixed batches (each case's query and KV lengths), run in the "
-            "process as CUDA graphs without the scheduler; no request was sent to a server, "
-            f"so there is no load to replay; {_RECORD_A_SERVED_RUN}"
-        )
+    forward = forward_said(keys)
+    if forward:
+        return f"{forward}; {_RECORD_A_SERVED_RUN}"
     if {"avg_latency", "latencies", "percentiles"} <= keys:
         return (
             f"is {_OFFLINE_VLLM.format(what='latency')}: the time of one batch run "

@@ -560,3 +560,21 @@ def textless_note(doc: Mapping[str, Any], count: int, where: str) -> str:
         "(the same keys), which writes it only for a 200 stream of empty-text chunks: if an "
         "older script wrote it, the server served them and the simulated load is lighter by "
         f"{count} requests")
+
+
+FORWARD_KEYS = frozenset({"case", "requests", "median_us", "ranks"})
+"""The keys of each case ``vllm bench forward --output-json`` writes, new in vLLM 0.33.0: a
+list of cases, each ``case``, ``requests`` (``query_len``, ``kv_len``, ``num_draft_tokens``...),
+``median_us`` and ``ranks``, the model forward of one fixed batch timed as a CUDA graph (0.34.0
+vllm/benchmarks/forward/main.py lines 265-272 and 294-296, 0.33.0's 259-266 and 288-290)."""
+
+
+def forward_said(keys: set[str]) -> str | None:
+    """What a file whose first case has ``keys`` is where it is ``vllm bench forward``'s
+    output (:data:`FORWARD_KEYS`): no request sent to a server; None for any other."""
+    if not keys >= FORWARD_KEYS:
+        return None
+    return ("is vllm bench forward's --output-json (vLLM 0.33 and later): the model forward "
+            "time of fixed batches (each case's query and KV lengths), run in the process as "
+            "CUDA graphs without the scheduler; no request was sent to a server, so there is "
+            "no load to replay")
