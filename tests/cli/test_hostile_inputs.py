@@ -303,8 +303,10 @@ def test_interrupted_while_the_command_loads_says_so(sig: signal.Signals) -> Non
 
 def test_a_pool_worker_keeps_the_usual_ctrl_c() -> None:
     """A pool worker runs the command's main module again (as ``__mp_main__``): it gets Python's
-    own SIGINT handler back, not the start's."""
+    own SIGINT handler back, not the start's. The worker starts with Python's own (a suite run
+    as a background job inherits SIGINT ignored, which the start leaves as it is)."""
     code = ("import runpy, signal, sys\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "sys.argv[0] = 'kvbudget'\n"
             "runpy.run_module('kvbudget.cli.main', run_name='__mp_main__')\n"
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,"
