@@ -172,7 +172,7 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
         said.append(f"{'16-bit' if kv == 'auto' else kv} KV")
     if knobs and isinstance(s.get("block_size"), int):
         said.append(f"block_size {s['block_size']}")
-    if knobs.get("gpu_memory_utilization") is not None:  # what the KV capacity was sized at
+    if knobs.get("gpu_memory_utilization") is not None and knobs.get("num_gpu_blocks") is None:
         said.append(f"gpu_memory_utilization {float(knobs['gpu_memory_utilization']):g}")
     return "".join(f", {x}" for x in said)
 
@@ -183,12 +183,15 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     one set by ``engine.num_gpu_blocks`` (``engine_knobs`` has it then: not what the GPU
     holds);
     and the gateway's token budget where one was given (``gateway_capacity_tokens``)."""
-    budget, blocks = s.get("gateway_capacity_tokens"), (s.get("engine_knobs") or {}).get(
-        "num_gpu_blocks")
+    knobs = s.get("engine_knobs") or {}
+    budget, blocks = s.get("gateway_capacity_tokens"), knobs.get("num_gpu_blocks")
     given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
     if blocks is not None:  # a KV cache set, not the GPU's memory: the preset's is other
+        unused = knobs.get("gpu_memory_utilization")  # given beside it: sizes nothing then
         given = (f" (engine.num_gpu_blocks {int(blocks):,} given, not sized from the GPU's "
-                 "memory)" + given)
+                 "memory" + ("" if unused is None else
+                             f"; engine.gpu_memory_utilization {float(unused):g}, also given, "
+                             "unused") + ")" + given)
     if where.startswith("disaggregated"):
         return " (the decode pool's)" + given
     auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")

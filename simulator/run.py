@@ -440,7 +440,8 @@ class _Simulation:
         self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
             {name: _knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
                                                        strict=True)}
-            if isinstance(e, DisaggFleet) else _knobs(self.setup.engine))
+            if isinstance(e, DisaggFleet)
+            else _knobs(self.setup.engine, self.config.engine.gpu_memory_utilization))
         codes = np.asarray(w.tier, np.int64)
         if self.token_gaps_of is not None:  # the chosen rows' gaps apart: codes past the tiers'
             codes = codes + len(w.tier_names) * self.token_gaps_of
@@ -643,18 +644,21 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
     return priority[workload.tier]
 
 
-def _knobs(e: EngineConfig) -> dict[str, Any]:
+def _knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str, Any]:
     """The engine knobs a run resolved (vLLM's defaults for the GPU where none was given):
     what a user checks against their own server's flags; ``num_gpu_blocks`` where it was
-    given (the KV cache set, not sized from the GPU's memory), else the
-    ``gpu_memory_utilization`` the KV cache was sized at."""
+    given (the KV cache set, not sized from the GPU's memory), with the
+    ``gpu_memory_utilization`` given beside it (``given_utilization``: unused, as the summary
+    says), else the ``gpu_memory_utilization`` the KV cache was sized at."""
     return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
             "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
             "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_prefix_caching": e.enable_prefix_caching,
             "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype,
             **({"gpu_memory_utilization": e.memory_utilization} if e.num_gpu_blocks is None
-               else {"num_gpu_blocks": e.num_gpu_blocks})}
+               else {"num_gpu_blocks": e.num_gpu_blocks} if given_utilization is None
+               else {"num_gpu_blocks": e.num_gpu_blocks,
+                     "gpu_memory_utilization": given_utilization})}
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]

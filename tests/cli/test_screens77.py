@@ -80,6 +80,25 @@ def test_the_simulated_line_says_what_the_kv_capacity_was_sized_at(tmp_path: Pat
     assert "gpu_memory_utilization" not in first
 
 
+def test_a_memory_fraction_given_beside_num_gpu_blocks_is_said_unused(tmp_path: Path) -> None:
+    """``--num-gpu-blocks 1000 --gpu-memory-utilization 0.8`` sized the KV cache by the blocks
+    (vLLM's ``num_gpu_blocks_override`` too) and dropped the fraction without a word: the
+    opening line now says it was given and unused, and the summary keeps it beside the blocks;
+    a default fraction (none given) is not said."""
+    base = ("simulate", "--set", "workload.num_requests=20", "--num-gpu-blocks", "1000")
+    code, stdout, _ = run(*base, "--gpu-memory-utilization", "0.8", "--out", tmp_path / "r")
+    assert code == 0
+    first = flat(stdout.split("\npolicy ")[0])
+    assert ("KV capacity 16,000 tokens (engine.num_gpu_blocks 1,000 given, not sized from the "
+            "GPU's memory; engine.gpu_memory_utilization 0.8, also given, unused)") in first, first
+    knobs = json.loads((tmp_path / "r" / "summary.json").read_text())["engine_knobs"]
+    assert knobs["num_gpu_blocks"] == 1000 and knobs["gpu_memory_utilization"] == 0.8
+    code, stdout, _ = run(*base, "--set", "engine.gpu_memory_utilization=0.7")
+    assert code == 0 and "gpu_memory_utilization 0.7, also given, unused" in flat(stdout)
+    code, stdout, _ = run(*base)
+    assert code == 0 and "unused" not in flat(stdout.split("\npolicy ")[0])
+
+
 def test_validate_says_the_memory_fraction_its_kv_blocks_were_sized_at(tmp_path: Path) -> None:
     """``validate --records`` said "simulated on H100-SXM / Llama-3.1-8B: num_gpu_blocks=27387
     block_size=16 ..." of blocks sized from the GPU's memory without the fraction of it."""
