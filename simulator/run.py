@@ -650,15 +650,18 @@ def _knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str,
     given (the KV cache set, not sized from the GPU's memory), with the
     ``gpu_memory_utilization`` given beside it (``given_utilization``: unused, as the summary
     says), else the ``gpu_memory_utilization`` the KV cache was sized at."""
-    return {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-            "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
-            "enable_chunked_prefill": e.enable_chunked_prefill,
-            "enable_prefix_caching": e.enable_prefix_caching,
-            "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype,
-            **({"gpu_memory_utilization": e.memory_utilization} if e.num_gpu_blocks is None
-               else {"num_gpu_blocks": e.num_gpu_blocks} if given_utilization is None
-               else {"num_gpu_blocks": e.num_gpu_blocks,
-                     "gpu_memory_utilization": given_utilization})}
+    knobs: dict[str, Any] = {
+        "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
+        "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
+        "enable_chunked_prefill": e.enable_chunked_prefill,
+        "enable_prefix_caching": e.enable_prefix_caching,
+        "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype}
+    if e.num_gpu_blocks is not None:
+        knobs["num_gpu_blocks"] = e.num_gpu_blocks
+    utilization = e.memory_utilization if e.num_gpu_blocks is None else given_utilization
+    if utilization is not None:
+        knobs["gpu_memory_utilization"] = utilization
+    return knobs
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]
