@@ -276,6 +276,10 @@ class RecordedCalibration:
             + f" fitted to {self.num_rows:,} measured requests in {self.num_evals} simulations; "
               f"loss {self.start_loss:.4g} -> {self.loss:.4g}", (),
             [f"fitted: {said or 'nothing'}",
+             *([f"front-end term {1e3 * self.frontend_overhead_s:.2f} ms, measured: the "
+                f"client's TTFT less the server's queue time and TTFT, mean over "
+                f"{self.front_end.num_requests} requests"]
+               if isinstance(self.front_end, MeasuredFrontEnd) else []),
              *(f"left at the start: {k} ({why})" for k, why in self.fixed.items()),
              *(f"warning: {w}" for w in self.warnings()), errors_line(self.table, OVERALL)
              + " (in sample)"],

@@ -112,6 +112,7 @@ def test_a_known_front_end_is_the_term_and_the_servers_ttft_is_matched_exactly(
     assert split["fixed_part_fitted"] is False
     assert split["fixed_part_measured"]["value_s"] == cal.frontend_overhead_s
     assert not any("frontend_overhead_s" in w for w in cal.warnings())
+    assert f"front-end term {1e3 * cal.frontend_overhead_s:.2f} ms, measured" in repr(cal)
     # validate with the engine that made it: the server's own TTFT is the simulated TTFT less
     # the term, request by request, so every statistic's error is 0
     val = validate_recording(
