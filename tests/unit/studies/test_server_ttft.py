@@ -208,6 +208,16 @@ def test_the_real_files_front_end_term_is_measured_not_at_its_bound(
     assert not any("frontend_overhead_s came out" in w for w in cal.warnings())
     shortest = fixed_term_bounds(rec.records()).upper_s
     assert cal.frontend_overhead_s > shortest  # the old bound: no fit could reach it
+    # without the server's figures the term is fitted as it was: to that bound, and said
+    plain = dataclasses.replace(
+        rec, measured=rec.measured.drop(columns=["server_queue_s", "server_ttft_s"])
+    )
+    before = calibrate_recording(
+        plain, _tiny(tmp_path), _tiny(tmp_path).resolved_cost_model(), model_chosen=True
+    )
+    assert before.term is not None and before.front_end is None
+    assert before.frontend_overhead_s == pytest.approx(shortest, abs=1e-6)
+    assert any("frontend_overhead_s came out at its upper bound" in w for w in before.warnings())
     # the server queued none of them (a CPU server at 8 req/s or 4 users, 8 sequences)
     assert cal.front_end.queue_max_s < 1e-4
 
