@@ -59,6 +59,7 @@ from kvbudget.studies.recorded_replay import (
     stage_conversations,
     stage_rows,
 )
+from kvbudget.studies.server_ttft import MeasuredFrontEnd
 from kvbudget.studies.validate import (
     no_gateway_said,
     recorded_policy,
@@ -842,12 +843,13 @@ def _print_fit(cal: "RecordedCalibration") -> None:
 def _print_first_token(cal: "RecordedCalibration", config: "SimConfig") -> None:
     split = cal.first_token(config)
     bounds = split["fixed_part_bounds_s"]
+    how = (cal.front_end.said() if isinstance(cal.front_end, MeasuredFrontEnd)
+           else f"fitted within {1e3 * bounds[0]:.2f} .. {1e3 * bounds[1]:.2f} ms"
+           if bounds is not None else "not fitted (--no-fit-overhead)")
     typer.echo(f"first token: engine part {split['engine_part']} (async scheduling "
                f"{'on' if split['async_scheduling'] else 'off'}: --set "
                "engine.async_scheduling=...); front-end fixed part "
-               f"{1e3 * split['fixed_part_s']:.2f} ms per request, "
-               + (f"fitted within {1e3 * bounds[0]:.2f} .. {1e3 * bounds[1]:.2f} ms"
-                  if bounds is not None else "not fitted (--no-fit-overhead)"))
+               f"{1e3 * split['fixed_part_s']:.2f} ms per request, {how}")
 
 
 SMALL_FIT_FLAG = "--allow-small-fit"
@@ -1039,6 +1041,21 @@ def _say_front_end_origin(setup: RecordedSetup, cost_model: Path) -> None:
         typer.echo(fill(f"note: {said}"), err=True)
 
 
+def _print_server_ttft(result: "OfflineValidation") -> None:
+    """The server's own TTFT against the simulated engine's part, beside the client's TTFT
+    rows above, where the recording holds the server's figures (vllm bench serve 0.33+)."""
+    server = result.server_ttft
+    if server is None:
+        return
+    client = result.errors()
+    typer.echo(fill(server.said() + ":"))
+    typer.echo(render(("metric", "simulated", "measured", "rel. error", "client's rel. error"), [
+        [r["metric"], table_cell(r["metric"], r["simulated"]),
+         table_cell(r["metric"], r["measured"]), _pct(r["rel_error"]),
+         _pct(client.get(str(r["metric"]).removeprefix("server_")))]
+        for r in server.table.to_dict(orient="records")]))
+
+
 def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, kind: str,
                      max_evals: int, fit_overhead: bool, max_error: float | None,
                      cost_model: Path | None, allow_refusals: bool = False,
@@ -1099,6 +1116,7 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
         for r in result.per_request.to_dict(orient="records")]))
     for line in result.said:
         typer.echo(fill(line))
+    _print_server_ttft(result)
     typer.echo(fill(frontend_said(result.simulated.summary)))
     typer.echo(f"wrote {out}/validation.csv, validation.json, validate.png, sim/")
     if max_error is not None:

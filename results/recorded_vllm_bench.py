@@ -76,6 +76,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     role_chunk,
     scaled_sends,
     server_metrics_note,
+    server_times,
     text_chunks_note,
     textless_note,
     v0_engine_note,
@@ -1210,10 +1211,12 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
     # (benchmarks/lib/endpoint_request_func.py, output.error = response.reason)
     say_context_refusals((str(e) for _, doc in docs for e in doc.get("errors") or () if e),
                          counts, notes, config)
+    server = server_times(docs, [len(r.prompt) for r in runs], failed, notes)
     return build_recording(
         path, "vllm-bench", workload, ttft=cat([r.ttft for r in runs])[rows],
         e2e=cat([r.e2e for r in runs])[rows], sent_s=cat(sents)[rows],
         status=["error" if failed[r] else "completed" for r in rows.tolist()],
         stage=[labels[int(stage_of[r])] for r in rows.tolist()],
         itl_mean=cat([r.itl_mean for r in runs])[rows], config=config, counts=counts,
-        notes=[*notes, *warnings], stages=stages, tool=tool)
+        notes=[*notes, *warnings], stages=stages, tool=tool,
+        server=None if server is None else (server[0][rows], server[1][rows]))

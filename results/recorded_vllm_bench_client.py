@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvbudget.results.recorded_fields import FloatArray
 from kvbudget.results.vllm_releases import RELEASE_NOTE_SAID, V0_DEFAULTS_SAID, V0_NOTE_SAID
@@ -348,7 +349,9 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
     """vLLM 0.33 saves, beside the client's times, the server's own per-request queue time and
     TTFT (``server_queue_times``, ``server_ttfts``, in seconds, null where the server sent
     none: ``_get_server_metrics_results`` in vllm/benchmarks/serve.py, from the ``metrics``
-    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's.
+    of the stream's last chunk, ``_update_server_metrics``); kvbudget compares the client's,
+    and reads the server's (:func:`server_times`) for calibrate's front-end time and validate's
+    server-side TTFT (:mod:`kvbudget.studies.server_ttft`).
     A vLLM server's TTFT there starts when its scheduler first scheduled the request, not when
     the request arrived: ``time_to_first_token_ms = (first_token_ts - scheduled_ts) * 1000``,
     ``queue_time_ms = (scheduled_ts - queued_ts) * 1000`` (``PerRequestMetrics``,
@@ -366,7 +369,52 @@ def server_metrics_note(doc: Mapping[str, Any], line: int | None) -> str | None:
             f"{max(counts)} requests (server_queue_times, server_ttfts: vLLM 0.33 and later, "
             "from a server that reports them); kvbudget compares the client's ttfts, which "
             "hold the server's queue time (a vLLM server's TTFT starts at its scheduling) and "
-            "the HTTP and streaming path besides the server's TTFT")
+            "the HTTP and streaming path besides the server's TTFT; calibrate takes that path "
+            "(the client's TTFT less the server's two) as its front-end time, and validate "
+            "compares the server's TTFT beside the client's")
+
+
+def _server_list(doc: Mapping[str, Any], key: str, n: int) -> FloatArray | None:
+    """``doc[key]`` as seconds, NaN where null; None when it is no list of ``n`` numbers at
+    least 0 or null (its run is then read without the server's figures, said by the caller)."""
+    values = doc.get(key)
+    if not isinstance(values, list) or len(values) != n:
+        return None
+    out = np.full(n, np.nan)
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
+            return None
+        out[i] = float(v)
+    return out
+
+
+def server_times(docs: Sequence[tuple[int | None, Mapping[str, Any]]], sizes: Sequence[int],
+                 failed: npt.NDArray[np.bool_], notes: list[str]
+                 ) -> tuple[FloatArray, FloatArray] | None:
+    """Each request's server-side queue time and TTFT (:data:`~kvbudget.results.recording.SERVER_MEASURED_COLUMNS`), in file order
+    (an appended file's runs one after another, ``sizes`` requests each): NaN where the server
+    sent none (null), the request failed, or its run has no lists; None where no run has
+    them. A run whose lists are not one number (at least 0) or null a request is read without
+    them, and ``notes`` says so. What they time: :func:`server_metrics_note`."""
+    cols: list[tuple[FloatArray, FloatArray]] = []
+    for (line, doc), n in zip(docs, sizes, strict=True):
+        got = [_server_list(doc, k, n) for k in ("server_queue_times", "server_ttfts")]
+        queue, ttft = got
+        if queue is None or ttft is None:
+            if any(k in doc for k in ("server_queue_times", "server_ttfts")):
+                where = "" if line is None else f"line {line}: "
+                notes.append(f"{where}server_queue_times and server_ttfts are not each one "
+                             f"number (seconds, at least 0) or null for each of the {n} "
+                             "requests: the server's own figures are not used")
+            queue = ttft = np.full(n, np.nan)
+        cols.append((queue, ttft))
+    if not cols or all(np.isnan(np.concatenate(c)).all() for c in cols):
+        return None
+    queue = np.concatenate([c[0] for c in cols])
+    ttft = np.concatenate([c[1] for c in cols])
+    return np.where(failed, np.nan, queue), np.where(failed, np.nan, ttft)
 
 
 def chat_template_note(doc: Mapping[str, Any]) -> str | None:

@@ -78,6 +78,14 @@ or one of :data:`OUTSIDE_WINDOW_STATUSES`;
 ``usable`` is True for a completed request with a finite TTFT and E2E: the rows every measured
 statistic uses."""
 
+SERVER_MEASURED_COLUMNS: tuple[str, ...] = ("server_queue_s", "server_ttft_s")
+"""Columns :attr:`Recording.measured` has besides :data:`MEASURED_COLUMNS` where the file
+saved the server's own per-request figures (``vllm bench serve`` 0.33 and later:
+``server_queue_times``, ``server_ttfts``), NaN where the server sent none or the request is not
+usable: a vLLM server's time from its scheduler queueing the request to scheduling it, and
+from scheduling it to its first token (:func:`~kvbudget.studies.first_token.
+measured_front_end` says what the client's TTFT holds besides)."""
+
 FloatArray = npt.NDArray[np.float64]
 
 LOAD_MODES: tuple[str, ...] = ("open", "closed", "capped", "unknown")
@@ -293,13 +301,16 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
                     notes: list[str], output_measured: npt.NDArray[np.int64] | None = None,
                     stages: tuple[RecordedStage, ...] = (), tool: str = "",
                     sent_s: FloatArray | None = None,
-                    conversations: Conversations | None = None) -> Recording:
+                    conversations: Conversations | None = None,
+                    server: tuple[FloatArray, FloatArray] | None = None) -> Recording:
     """The recording of ``workload`` with its measurement columns (in workload order).
 
     ``stages`` must name every label of ``stage`` (when given); ``tool`` defaults to the
     format's name; ``sent_s`` when each request was sent, the origin of its TTFT and E2E
     (default: its ``arrival_s``; later when a capped run's request waited for a slot);
-    ``conversations`` the rows' turns (:attr:`Recording.conversations`)."""
+    ``conversations`` the rows' turns (:attr:`Recording.conversations`); ``server`` each
+    request's server-side queue time and TTFT (seconds, NaN where not sent), where the file
+    has them: :data:`SERVER_MEASURED_COLUMNS`."""
     import pandas as pd
 
     n = len(workload)
@@ -330,6 +341,9 @@ def build_recording(path: Path, fmt: str, workload: Workload, *, ttft: FloatArra
         "itl_mean_s": itl,
         "usable": usable,
     }, columns=list(MEASURED_COLUMNS))
+    if server is not None:
+        for name, values in zip(SERVER_MEASURED_COLUMNS, server, strict=True):
+            measured[name] = np.where(usable, values, np.nan)
     counts = dict(counts)
     counts["num_simulated"] = n
     counts["num_measured"] = int(usable.sum())

@@ -74,6 +74,7 @@ from kvbudget.studies.fit_uncertainty import (
     with_intervals,
 )
 from kvbudget.studies.flat_latency import flat_latency_said
+from kvbudget.studies.server_ttft import MeasuredFrontEnd, measured_front_end
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.studies.validate import (
     check_recorded_model,
@@ -253,6 +254,10 @@ class RecordedCalibration:
     """The warning of a recording whose TTFT or TPOT does not move with the prompt or the
     batch as the fitted GPU's does (:func:`~kvbudget.studies.flat_latency.flat_latency_said`):
     a server simulator or a fixed-latency mock."""
+    front_end: MeasuredFrontEnd | str | None = None
+    """The front-end term measured from the recording's server-side TTFT (used, so no term
+    was fitted), or why those figures were not used; None: the recording has none, or no term
+    was fitted (:func:`~kvbudget.studies.first_token.measured_front_end`)."""
     search_stopped: int | None = None
     """``max_evals`` when the search of the step model's parameters ran out of it before it
     converged (or, at 1, did not run): the fitted values are where it stopped, not a minimum;
@@ -271,6 +276,10 @@ class RecordedCalibration:
             + f" fitted to {self.num_rows:,} measured requests in {self.num_evals} simulations; "
               f"loss {self.start_loss:.4g} -> {self.loss:.4g}", (),
             [f"fitted: {said or 'nothing'}",
+             *([f"front-end term {1e3 * self.frontend_overhead_s:.2f} ms, measured: the "
+                f"client's TTFT less the server's queue time and TTFT, mean over "
+                f"{self.front_end.num_requests} requests"]
+               if isinstance(self.front_end, MeasuredFrontEnd) else []),
              *(f"left at the start: {k} ({why})" for k, why in self.fixed.items()),
              *(f"warning: {w}" for w in self.warnings()), errors_line(self.table, OVERALL)
              + " (in sample)"],
@@ -288,6 +297,8 @@ class RecordedCalibration:
         out = parameter_warnings(steps, self.search_bounds, own)
         if self.term is not None:
             out += fixed_term_warnings(self.term.value_s, self.term.bounds)
+        if isinstance(self.front_end, str):  # the server's figures, and why they went unused
+            out.append(self.front_end)
         if self.search_stopped is not None:
             out.append(search_stopped_said(self.search_stopped))
         return out + ([self.flat] if self.flat else [])
@@ -377,6 +388,10 @@ class RecordedCalibration:
             "async_scheduling": bool(config.engine_for().async_scheduling),
             "fixed_part_s": self.frontend_overhead_s,
             "fixed_part_fitted": term is not None,
+            "fixed_part_measured": (self.front_end.to_json()
+                                    if isinstance(self.front_end, MeasuredFrontEnd) else None),
+            "server_figures_unused": (self.front_end if isinstance(self.front_end, str)
+                                      else None),
             "fixed_part_bounds_s": (None if term is None
                                     else [term.bounds.lower_s, term.bounds.upper_s]),
         }
@@ -550,22 +565,23 @@ def calibrate_recording(
     request); those that do not move the step time are left as they are
     (:func:`effective_parameters`, listed in ``fixed``). With ``uncertainty`` (the default),
     those the recording does not identify are left at the start too, the fit is regularised
-    toward the start, and the result carries the posterior
-    (:mod:`~kvbudget.studies.fit_uncertainty`; ``seed`` draws the bootstrap). ``max_evals``
-    bounds the start's and the search's simulations; the sensitivities take two more per
-    parameter before the search and two per fitted one after it. ``start_records``: the start model's simulation of the recording when already run.
-    ``progress(num_evals, best_loss)`` is called after every simulation. With
-    ``fit_overhead``, the fixed front-end term is no coordinate of the search: the best one
-    for each trial's simulation is taken exactly (within 0 and the shortest measured TTFT)
-    and, at the end, settled with up to four more simulations
-    (:mod:`~kvbudget.studies.first_token`; ``term`` of the result). A recording naming a
-    model ``config`` leaves at the default is refused (:func:`check_recorded_model`) unless
-    ``model_chosen`` (the command line, which takes the recording's model or ``--model``)."""
+    toward the start, and the result carries the posterior (:mod:`~kvbudget.studies.
+    fit_uncertainty`; ``seed`` draws the bootstrap). ``max_evals`` bounds the start's and the
+    search's simulations; the sensitivities take two more per parameter before the search and
+    two per fitted one after it. ``start_records``: the start's simulation when already run;
+    ``progress(num_evals, best_loss)`` is called after every simulation. With ``fit_overhead``
+    the fixed front-end term is measured where the recording has the server's own TTFT
+    (:func:`measured_front_end`, ``front_end`` of the result), else profiled out of the search
+    (the best for each trial, within 0 and the shortest TTFT) and settled with up to four
+    more simulations (``term``). A recording naming a model ``config`` leaves at the default is
+    refused (:func:`check_recorded_model`) unless ``model_chosen`` (the command line)."""
     if not model_chosen:
         check_recorded_model(recording, config)
     names, fixed = effective_parameters(start, parameters)
     if max_evals < 1:
         raise ValueError(f"max_evals must be >= 1, got {max_evals!r}")
+    server, fit_overhead, start_overhead_s = _front_end(recording, rows, fit_overhead,
+                                                        start_overhead_s)
     measured = recording.records()
     if rows is not None and not bool((rows & (measured["status"] == "completed")).any()):
         raise ValueError("the rows to fit hold no measured request")
@@ -598,15 +614,25 @@ def calibrate_recording(
         stopped = None if converged else max_evals
         if sim is not None and loss < start_loss:
             best_x, best_sim, best_loss, term = x, sim, loss, at
-    # the fixed term, fitted to convergence at the chosen step parameters
-    settled = trials.settle(best_x, term) if fit_overhead else None
+    settled = trials.settle(best_x, term) if fit_overhead else None  # to convergence, at x
     if settled is not None:
         best_sim, best_loss = settled.records, settled.loss
     cal = _result(trials, recording, measured, rows, best_x, best_sim,
                   losses=(start_loss, best_loss), active=active, fixed=fixed,
                   rng=rng if uncertainty else None, term=settled)
-    cal.search_stopped = stopped
+    cal.search_stopped, cal.front_end = stopped, server
     return cal
+
+
+def _front_end(recording: Recording, rows: npt.NDArray[np.bool_] | None, fit_overhead: bool,
+               start_s: float) -> tuple[MeasuredFrontEnd | str | None, bool, float]:
+    """The recording's measured front-end term (:func:`measured_front_end`, or why it is not
+    used), whether the term is still to be fitted and the one to start from: a measured term
+    is used as it is, not fitted; none is looked for when ``fit_overhead`` is off."""
+    server = measured_front_end(recording, rows) if fit_overhead else None
+    if isinstance(server, MeasuredFrontEnd):
+        return server, False, server.value_s
+    return server, fit_overhead, start_s
 
 
 def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,

@@ -64,6 +64,7 @@ from kvbudget.studies.recorded_replay import (
     stage_plans,
 )
 from kvbudget.studies.sent_times import SentLate, as_sent
+from kvbudget.studies.server_ttft import ServerTTFT, server_ttft_table
 from kvbudget.studies.setting import errors_line, study_repr
 from kvbudget.workloads import Workload
 
@@ -212,6 +213,10 @@ class OfflineValidation:
     num_compared: int
     frontend_overhead_s: float
     said: tuple[str, ...] = ()
+    server_ttft: ServerTTFT | None = None
+    """The server's own TTFT against the simulated engine's part, where the recording holds
+    the server's per-request figures (:func:`~kvbudget.studies.server_ttft.
+    server_ttft_table`)."""
 
     def __repr__(self) -> str:
         """What a notebook shows: what was simulated (the run's ``simulated:`` lines), the
@@ -253,6 +258,7 @@ class OfflineValidation:
             "per_request": [{k: clean(v) for k, v in r.items()}
                             for r in self.per_request.to_dict(orient="records")],
             "said": list(self.said),
+            **({} if self.server_ttft is None else {"server_ttft": self.server_ttft.to_dict()}),
         }
 
 
@@ -354,7 +360,9 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
             peak_said(recording, compared),
             trace_cap_said(recording, compared))
     result = OfflineValidation(table, per_request, sim, int(mask.sum()), overhead,
-                               said=tuple(s for s in said if s))
+                               said=tuple(s for s in said if s),
+                               server_ttft=server_ttft_table(recording, sim.records,
+                                                            sim.summary, rows))
     if out is not None:
         write_validation(result, recording, out, meta=meta, rows=rows)
     return result

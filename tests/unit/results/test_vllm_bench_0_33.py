@@ -191,3 +191,37 @@ def test_a_0_34_stream_error_event_is_read_as_a_failure_with_what_it_streamed(
     assert int(rec.workload.output_tokens.sum()) == 16 * 8 + len(doc["itls"][0]) + 1
     said = [n for n in rec.notes if "streamed part of their answer" in n]
     assert len(said) == 1 and said[0].startswith("1 failed requests")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["metrics_rate8.json", "metrics_chat_c4.json"])
+def test_the_servers_own_figures_are_kept_beside_each_request(version: str, name: str) -> None:
+    # read for calibrate's front-end term and validate's server-side TTFT (studies/server_ttft.py):
+    # they were read for a note and dropped
+    doc = json.loads((NEW[version] / name).read_text())
+    rec = read_recording(NEW[version] / name)
+    assert np.allclose(by_row(rec, "server_queue_s"), doc["server_queue_times"], rtol=0)
+    assert np.allclose(by_row(rec, "server_ttft_s"), doc["server_ttfts"], rtol=0)
+    assert "server_queue_s" not in read_recording(NEW[version] / "rate8.json").measured
+
+
+def test_damaged_server_lists_are_said_and_left_out_and_nulls_and_failures_are_nan(
+    tmp_path: Path,
+) -> None:
+    doc = json.loads((NEW["0.34.0"] / "metrics_rate8.json").read_text())
+    n = len(doc["input_lens"])
+    kept = dict(doc, server_ttfts=[None, *doc["server_ttfts"][1:]])
+    kept["errors"] = ["", "boom", *[""] * (n - 2)]
+    path = tmp_path / "kept.json"
+    path.write_text(json.dumps(kept))
+    rec = read_recording(path)
+    assert np.isnan(by_row(rec, "server_ttft_s")[:2]).all()  # null; a failed request
+    assert np.isnan(by_row(rec, "server_queue_s")[1]) and np.isfinite(
+        by_row(rec, "server_queue_s")[0]
+    )
+    for bad in ([-0.001] * n, ["0.001"] * n, [0.001] * (n - 1)):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(dict(doc, server_queue_times=bad)))
+        rec = read_recording(path)  # the run is still read, without the server's figures
+        assert "server_queue_s" not in rec.measured
+        assert any("the server's own figures are not used" in x for x in rec.notes)
