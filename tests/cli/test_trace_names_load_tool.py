@@ -37,7 +37,8 @@ from kvbudget.workloads.traces.load import RECORDING_HINT
 REPO = Path(__file__).resolve().parents[2]
 RECORDINGS = REPO / "tests" / "fixtures" / "recordings"
 TOOL_FILES = sorted(
-    p for p in RECORDINGS.rglob("*")
+    p
+    for p in RECORDINGS.rglob("*")
     if p.is_file() and "handmade" not in p.parts and p.name != "README.md"  # not a tool's
 )
 """Every file a load tool wrote (or that a published run holds) among the fixtures."""
@@ -128,27 +129,59 @@ COMMANDS: dict[str, Callable[[Path, Path], list[object]]] = {
     "simulate": lambda f, t: ["simulate", "--trace", f],
     "compare": lambda f, t: ["compare", "--trace", f, "--policies", "unlimited"],
     "sweep": lambda f, t: ["sweep", "--trace", f, "--out", t / "out"],
-    "tune": lambda f, t: ["tune", "--trace", f, "--param", "engine.max_num_seqs=64:512:int",
-                          "--out", t / "out"],
+    "tune": lambda f, t: [
+        "tune",
+        "--trace",
+        f,
+        "--param",
+        "engine.max_num_seqs=64:512:int",
+        "--out",
+        t / "out",
+    ],
     "capacity": lambda f, t: ["capacity", "--trace", f, "--out", t / "out"],
     "plan": lambda f, t: ["plan", "--trace", f, "--out", t / "out"],
-    "replay": lambda f, t: ["replay", "--url", "http://127.0.0.1:9", "--trace", f,
-                            "--out", t / "out"],
-    "validate --url": lambda f, t: ["validate", "--url", "http://127.0.0.1:9", "--trace", f,
-                                    "--cost-model", _cost(t), "--out", t / "out"],
+    "replay": lambda f, t: [
+        "replay",
+        "--url",
+        "http://127.0.0.1:9",
+        "--trace",
+        f,
+        "--out",
+        t / "out",
+    ],
+    "validate --url": lambda f, t: [
+        "validate",
+        "--url",
+        "http://127.0.0.1:9",
+        "--trace",
+        f,
+        "--cost-model",
+        _cost(t),
+        "--out",
+        t / "out",
+    ],
     "trace stats": lambda f, t: ["trace", "stats", f],
     "simulate --scenario": lambda f, t: ["simulate", "--scenario", _scenario(t, f)],
-    "sweep --scenario": lambda f, t: ["sweep", "--scenario", _scenario(t, f), "--out",
-                                      t / "out"],
-    "regress": lambda f, t: ["regress", _scenario(t, f), "--baseline", t / "baselines",
-                             "--update", "-j", "1"],
+    "sweep --scenario": lambda f, t: ["sweep", "--scenario", _scenario(t, f), "--out", t / "out"],
+    "regress": lambda f, t: [
+        "regress",
+        _scenario(t, f),
+        "--baseline",
+        t / "baselines",
+        "--update",
+        "-j",
+        "1",
+    ],
 }
 """Every command that takes a trace (or a scenario whose [workload] is one). ``serve
 --scenario`` reads a scenario's tiers and policy, never its workload."""
 
 ONE_A_TOOL = sorted(
-    {p.relative_to(RECORDINGS).parts[0]: p for p in reversed(TOOL_FILES)
-     if p.relative_to(RECORDINGS).parts[0] != "published"}.values()
+    {
+        p.relative_to(RECORDINGS).parts[0]: p
+        for p in reversed(TOOL_FILES)
+        if p.relative_to(RECORDINGS).parts[0] != "published"
+    }.values()
 )
 """The first file of each tool's folder (per-request files and files of aggregates both)."""
 
@@ -156,7 +189,8 @@ ONE_A_TOOL = sorted(
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("path", ONE_A_TOOL, ids=lambda p: str(p.relative_to(RECORDINGS)))
 def test_every_command_that_takes_a_trace_names_the_tool(
-        tmp_path: Path, command: str, path: Path) -> None:
+    tmp_path: Path, command: str, path: Path
+) -> None:
     said = assert_named(path, *run(*COMMANDS[command](path, tmp_path)))
     if command == "regress":  # the scenario that named the file, first
         assert said.startswith(f"error: {tmp_path / 's.toml'}: "), said
@@ -166,29 +200,40 @@ def test_every_command_that_takes_a_trace_names_the_tool(
 def test_the_five_tools_lines(tmp_path: Path) -> None:
     """What five tools' files are told, whole (the report's before/after)."""
     said = {}
-    for rel in ("vllm-bench-0.32.0/rate8.json", "guidellm-0.8.1/constant.yaml",
-                "aiperf-0.13.0/rate8.jsonl", "locust-2.47.0/tiny_stats.csv",
-                "sglang-0.5.9/rate8.jsonl"):
+    for rel in (
+        "vllm-bench-0.32.0/rate8.json",
+        "guidellm-0.8.1/constant.yaml",
+        "aiperf-0.13.0/rate8.jsonl",
+        "locust-2.47.0/tiny_stats.csv",
+        "sglang-0.5.9/rate8.jsonl",
+    ):
         code, _, stderr = run("simulate", "--trace", RECORDINGS / rel)
         assert code == 2
         said[rel] = flat(stderr).replace(str(RECORDINGS) + "/", "")
-    ways = ("a recording, not a trace; pass it to kvbudget validate --records {f} (or "
-            "calibrate --records), which simulates its requests and compares; kvbudget trace "
-            "convert {f} --out T.csv writes them as a trace T.csv for a what-if (--trace T.csv "
-            "--rate-scale 2: twice its rate)")
+    ways = (
+        "a recording, not a trace; pass it to kvbudget validate --records {f} (or "
+        "calibrate --records), which simulates its requests and compares; kvbudget trace "
+        "convert {f} --out T.csv writes them as a trace T.csv for a what-if (--trace T.csv "
+        "--rate-scale 2: twice its rate)"
+    )
     f = "vllm-bench-0.32.0/rate8.json"
     assert said[f] == f"error: {f} is vllm bench serve's result (20 requests): " + ways.format(f=f)
     f = "guidellm-0.8.1/constant.yaml"
     assert said[f] == f"error: {f} is guidellm 0.8.1's report (20 requests): " + ways.format(f=f)
     f = "aiperf-0.13.0/rate8.jsonl"
-    assert said[f] == (f"error: {f} is aiperf 0.13.0's per-request records "
-                       f"(profile_export.jsonl) (22 requests): " + ways.format(f=f))
+    assert said[f] == (
+        f"error: {f} is aiperf 0.13.0's per-request records "
+        f"(profile_export.jsonl) (22 requests): " + ways.format(f=f)
+    )
     f = "sglang-0.5.9/rate8.jsonl"
-    assert said[f] == (f"error: {f} is sglang.bench_serving's result (20 requests): "
-                       + ways.format(f=f))
+    assert said[f] == (
+        f"error: {f} is sglang.bench_serving's result (20 requests): " + ways.format(f=f)
+    )
     f = "locust-2.47.0/tiny_stats.csv"
-    assert said[f].startswith(f"error: {f}: not a trace: it is Locust's --csv *_stats.csv: "
-                              "one row an endpoint and their aggregate"), said[f]
+    assert said[f].startswith(
+        f"error: {f}: not a trace: it is Locust's --csv *_stats.csv: "
+        "one row an endpoint and their aggregate"
+    ), said[f]
 
 
 EDGE_CASES = {
@@ -213,8 +258,11 @@ def test_a_file_of_no_tool_keeps_the_trace_loaders_line(tmp_path: Path, name: st
     path.write_text(EDGE_CASES[name])
     with pytest.raises(TraceError) as loader:
         load_trace(path)
-    for args in (["simulate", "--trace", path], ["trace", "stats", path],
-                 ["simulate", "--scenario", _scenario(tmp_path, path)]):
+    for args in (
+        ["simulate", "--trace", path],
+        ["trace", "stats", path],
+        ["simulate", "--scenario", _scenario(tmp_path, path)],
+    ):
         code, _, stderr = run(*args)
         assert code == 2
         assert stderr == f"error: {loader.value}\n", stderr
@@ -224,8 +272,10 @@ def test_a_trace_that_is_also_a_recording_reads_as_a_trace(tmp_path: Path) -> No
     """Hand-made: send times, token counts and measured times: the generic trace format reads
     it (its ttft_s and e2e_s unused), and validate --records reads it as records."""
     both = tmp_path / "both.csv"
-    both.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
-                    "0,100,10,0.05,0.2\n0.5,100,10,0.05,0.2\n")
+    both.write_text(
+        "arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n"
+        "0,100,10,0.05,0.2\n0.5,100,10,0.05,0.2\n"
+    )
     code, stdout, stderr = run("simulate", "--trace", both, "--json")
     assert code == 0, stderr
     assert '"offered": 2' in stdout
@@ -272,8 +322,13 @@ def test_the_readers_are_loaded_on_the_refusal_path_only() -> None:
     sqlite3 and some 60 modules), nor llama-benchy's (loaded at every start before); a refusal
     loads them (through the front door's lazy ``kvbudget.recording_named``)."""
     rec = RECORDINGS / "vllm-bench-0.32.0" / "rate8.json"
-    readers = ("kvbudget.results.recordings", "kvbudget.results.recording_named",
-               "kvbudget.results.recorded_llama_benchy", "yaml", "sqlite3")
+    readers = (
+        "kvbudget.results.recordings",
+        "kvbudget.results.recording_named",
+        "kvbudget.results.recorded_llama_benchy",
+        "yaml",
+        "sqlite3",
+    )
     probe = (
         "import sys; sys.argv = ['kvbudget', 'simulate']; import kvbudget.cli.main as m\n"
         f"readers = {readers!r}\n"
@@ -282,7 +337,8 @@ def test_the_readers_are_loaded_on_the_refusal_path_only() -> None:
         f"res = CliRunner().invoke(m.app, ['simulate', '--trace', {str(rec)!r}])\n"
         "print(res.exit_code, sorted(set(readers) & set(sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert out[0] == "[]", out
     assert out[1].startswith("2 ") and "'kvbudget.results.recording_named'" in out[1], out
