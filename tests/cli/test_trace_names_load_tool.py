@@ -236,7 +236,7 @@ def test_the_five_tools_lines(tmp_path: Path) -> None:
     ), said[f]
 
 
-EDGE_CASES = {
+EDGE_CASES: dict[str, str | bytes] = {
     "unknown.json": '{"foo": 1, "bar": 2}\n',
     "unknown_indented.json": '{\n  "foo": 1,\n  "bar": [1, 2]\n}\n',
     "figures.json": '{"name": "x", "results": {"mean_latency": 1.2, "throughput": 4}}\n',
@@ -245,6 +245,7 @@ EDGE_CASES = {
     "words.txt": "hello world\n",
     "empty.json": "",
     "empty.csv": "",
+    "image.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00",  # a binary file
 }
 """Hand-made files of no tool: what each holds."""
 
@@ -255,7 +256,8 @@ def test_a_file_of_no_tool_keeps_the_trace_loaders_line(tmp_path: Path, name: st
     list, a table of other columns, words, empty files: what the trace loader says of each,
     as before (the recordings' reader names no tool in them either)."""
     path = tmp_path / name
-    path.write_text(EDGE_CASES[name])
+    held = EDGE_CASES[name]
+    path.write_bytes(held if isinstance(held, bytes) else held.encode())
     with pytest.raises(TraceError) as loader:
         load_trace(path)
     for args in (
