@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import DB_NAME, is_evalscope_db
+from kvbudget.results.recorded_genai_bench import METADATA
 from kvbudget.results.recorded_simulators import simulated_output_refusal
 from kvbudget.results.recordings import (
     Recording,
@@ -59,9 +60,12 @@ _TOOL_OF_FORMAT = {"otel": "vLLM"}
 spans (OTLP JSON)"), the tool that wrote it."""
 
 
-def _whose(tool: str, fmt: str) -> str:
+def _whose(tool: str, fmt: str, path: Path) -> str:
     """``vllm bench serve's result``, ``guidellm 0.8.1's report``."""
-    return f"{_TOOL_OF_FORMAT.get(fmt, tool)}'s {FILE_KINDS.get(fmt, 'file')}"
+    kind = FILE_KINDS.get(fmt, "file")
+    if fmt == "genai-bench" and path.name == METADATA:  # read with its experiment's results
+        kind = f"experiment ({METADATA} and the run results beside it)"
+    return f"{_TOOL_OF_FORMAT.get(fmt, tool)}'s {kind}"
 
 
 def _ways_in(path: Path) -> str:
@@ -105,7 +109,8 @@ def _folder_named(path: Path) -> str | None:
 def _read_named(path: Path, rec: Recording) -> str:
     num = rec.counts.get("num_rows_read", len(rec))
     return (
-        f"{path} is {_whose(rec.tool or rec.format, rec.format)} ({counted(num, 'request')}): "
+        f"{path} is {_whose(rec.tool or rec.format, rec.format, path)} "
+        f"({counted(num, 'request')}): "
         f"a recording, not a trace; {_ways_in(path)}"
     )
 
@@ -138,7 +143,7 @@ def recording_named(path: str | Path) -> str | None:
     except TraceError as refusal:  # a tool's file of requests that its reader refuses
         if refusal.problem.startswith("is "):  # the reader names the file itself
             return _refused(path, refusal.problem)
-        whose = _whose(recording_tool(path, fmt), fmt)
+        whose = _whose(recording_tool(path, fmt), fmt, path)
         return (
             f"{path} is {whose}: a recording, not a trace, and one kvbudget validate "
             f"--records refuses too: {refusal.problem}"

@@ -344,3 +344,15 @@ def test_the_readers_are_loaded_on_the_refusal_path_only() -> None:
     ).stdout.splitlines()
     assert out[0] == "[]", out
     assert out[1].startswith("2 ") and "'kvbudget.results.recording_named'" in out[1], out
+
+
+def test_genai_benchs_metadata_is_named_as_its_experiment() -> None:
+    """Its experiment_metadata.json is read with the run results beside it (23 requests in
+    two runs here), so it is said as the experiment, not as one run's result."""
+    path = RECORDINGS / "genai-bench-0.0.5" / "closed" / "experiment_metadata.json"
+    code, _, stderr = run("simulate", "--trace", path)
+    assert code == 2
+    assert flat(stderr).startswith(
+        f"error: {path} is genai-bench 0.0.5's experiment (experiment_metadata.json and the "
+        "run results beside it) (23 requests): a recording, not a trace"
+    ), stderr
