@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from kvbudget.results.recorded_llama_benchy import llama_benchy_file_refusal
-from kvbudget.workloads.errors import TraceError
+import kvbudget
+from kvbudget.workloads.errors import TraceError, UnknownFileError
 
 
 class CliError(Exception):
@@ -35,7 +35,7 @@ def user_errors() -> Iterator[None]:
     except CliError as exc:
         raise fail(str(exc), exc.code) from None
     except TraceError as exc:
-        raise fail(_trace_refusal(exc), 2) from None
+        raise fail(trace_refusal(exc), 2) from None
     except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
             NotADirectoryError, PermissionError, KeyError) as exc:
         msg = str(exc)
@@ -55,17 +55,18 @@ def user_errors() -> Iterator[None]:
         raise fail(str(exc), 2) from None
 
 
-_UNTOLD = ("cannot tell the trace format", "its first line opens a JSON value")
-"""How the trace loader refuses a file it cannot place (workloads/traces/load.py)."""
+def trace_refusal(exc: TraceError) -> str:
+    """The trace loader's one line; for a file it cannot place that is a load tool's (a vllm
+    bench serve result, a GuideLLM report, AIPerf's summary, llama-benchy's table ...), which
+    tool's file it is and what to pass it to, as the recordings' readers name it.
 
-
-def _trace_refusal(exc: TraceError) -> str:
-    """The trace loader's one line; for a file it cannot place that is one of llama-benchy's
-    outputs (``simulate --trace`` given its console, table or report), what it is instead."""
-    if exc.path is not None and exc.problem.startswith(_UNTOLD):
-        named = llama_benchy_file_refusal(Path(exc.path))
+    Those readers (~140 ms to import) are loaded here, on the refusal path only, through the
+    front door's lazy names (``kvbudget.recording_named``, PEP 562: tests/
+    test_function_imports.py's allowed loading): no start of a command pays for them."""
+    if isinstance(exc, UnknownFileError) and exc.path is not None:
+        named = kvbudget.recording_named(exc.path)
         if named:
-            return f"{exc.path}: not a trace: it {named}"
+            return named
     return str(exc)
 
 

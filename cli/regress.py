@@ -5,8 +5,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvbudget.cli.errors import CliError, user_errors
-from kvbudget.studies.regress import load_suite, regress, render_junit, render_markdown, render_text
+from kvbudget.cli.errors import CliError, trace_refusal, user_errors
+from kvbudget.studies.regress import (
+    RegressInputError,
+    load_suite,
+    regress,
+    render_junit,
+    render_markdown,
+    render_text,
+)
 
 if TYPE_CHECKING:
     from kvbudget.studies.regress import RegressReport
@@ -67,6 +74,10 @@ def regress_cmd(
         try:
             report = regress(s, baseline, update=update, jobs=jobs, overrides=overrides or [],
                              alpha=alpha, on_start=start, on_done=done)
+        except RegressInputError as exc:  # a scenario's trace: a load tool's file named so
+            if exc.trace is None:
+                raise
+            raise CliError(f"{exc.scenario}: {trace_refusal(exc.trace)}") from None
         finally:
             if bar is not None:
                 bar.close()

@@ -52,6 +52,8 @@ Run results
 - :func:`weighted_quantiles`: numpy's percentiles of a weighted multiset (the token gaps: ITL)
 - :func:`read_recording`, :class:`Recording`: a real server's recorded run (request logs,
   ``vllm bench serve`` results, GuideLLM reports, replay run directories)
+- :func:`recording_named`: which load tool's file a file no trace format reads is, in one line
+  (what ``kvbudget simulate --trace`` says of a load tool's result)
 
 Analysis and plots
 ------------------
@@ -160,6 +162,7 @@ _EXPORTS: dict[str, str] = {
     "weighted_quantiles": "results.metrics",
     "read_recording": "results.recordings",
     "Recording": "results.recordings",
+    "recording_named": "results.recording_named",
     # Analysis and plots
     "tables": "analysis",
     "plots": "analysis",
@@ -274,6 +277,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see
     )
     from kvbudget.policies.clients import CLIENT_PRESETS, ClientModel, client_model
     from kvbudget.results.metrics import summarize, weighted_quantiles
+    from kvbudget.results.recording_named import recording_named as recording_named
     from kvbudget.results.recordings import Recording, read_recording
     from kvbudget.results.run_result import RunResult, read_run
     from kvbudget.simulator.autoscale_config import AutoscaleConfig

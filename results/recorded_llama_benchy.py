@@ -31,7 +31,8 @@ run prints holds no table, so no test was counted (a test is a ``Running test:``
 ``runner.py:96``; a table row is a test's pp or tg figures, ``results.py:366-432``, two a test
 here); a row's ``(cN)`` concurrency is written only when the run's top level is above 1
 (``results.py:369-371``); and ``simulate --trace`` named none of them
-(:func:`llama_benchy_file_refusal`, called where the trace loader cannot place a file).
+(the recordings' reader names them; where a trace was asked for, :mod:`kvbudget.results.
+recording_named` says so).
 
 Published files were misread: a JSON report (github.com/mozilla-ai/exp-llama-benchy 6d99ba71,
 ``data/20260912-l40s/results/*.json``, llama-benchy 0.4.0; the tool's own ``schemas/
@@ -45,11 +46,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections.abc import Mapping
 from itertools import takewhile
-from pathlib import Path
 from typing import Any
 
 _RUN_KEYS = frozenset({"concurrency", "context_size", "prompt_size", "response_size"})
@@ -89,9 +88,6 @@ _RUNNING = re.compile(rb"^Running test: pp=", re.MULTILINE)
 
 _SAVED = re.compile(rb"^Saving results to (.+) in (\w+) format\.\.\.", re.MULTILINE)
 """What a ``--save-result`` run prints instead of its table (0.4.0 ``results.py:476``)."""
-
-_REPORT_BYTES = 64 << 20
-"""The largest JSON document :func:`llama_benchy_file_refusal` reads whole."""
 
 _RECORD_INSTEAD = (
     "llama-benchy writes no per-request file; record the load with a tool "
@@ -205,20 +201,3 @@ def llama_benchy_text_refusal(head: bytes) -> str | None:
         f"is {what}{': ' + ', '.join(said) if said else ''}): per test the mean ± standard "
         "deviation of its throughputs and times to first response, no request: " + _RECORD_INSTEAD
     )
-
-
-def llama_benchy_file_refusal(path: Path) -> str | None:
-    """Why a file is one of llama-benchy's outputs (its console, a table, its JSON report) and
-    no trace nor recording; None for any other file. Where a trace was asked for, say."""
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(1 << 16)
-        said = llama_benchy_text_refusal(head)
-        if said or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] != b"{":
-            return said
-        if path.stat().st_size > _REPORT_BYTES:
-            return None
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return llama_benchy_report_refusal(doc) if isinstance(doc, Mapping) else None

@@ -146,7 +146,7 @@ from kvbudget.results.recording import (
     build_recording,
     read_replay_meta,
 )
-from kvbudget.workloads.errors import CUT_SHORT, TraceError
+from kvbudget.workloads.errors import CUT_SHORT, TraceError, UnknownFileError
 from kvbudget.workloads.max_output import MaxOutputRule
 from kvbudget.workloads.text_files import (
     encoding_said,
@@ -303,13 +303,13 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
             or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
             or dataset_refusal(doc)
         )
-        if aggregates:
-            raise TraceError(path, aggregates)
+        if aggregates:  # figures, requests or prompts of no tool named
+            raise UnknownFileError(path, aggregates)
         trace = trace_refusal(path)
         if trace:
-            raise TraceError(path, trace)
+            raise UnknownFileError(path, trace)
         kind = "a YAML mapping" if path.suffix.lower() in (".yaml", ".yml") else "a JSON object"
-        raise TraceError(
+        raise UnknownFileError(
             path,
             f"cannot tell the recording format ({kind} of none of the "
             "known tools nor a record of the generic format); pass a format "
@@ -353,9 +353,9 @@ def _detect_list(path: Path) -> str:
     if summary:
         raise TraceError(path, summary)
     unknown = unknown_requests_refusal(doc) or dataset_refusal(doc)
-    if unknown:
-        raise TraceError(path, unknown)
-    raise TraceError(
+    if unknown:  # requests or prompts of no tool named
+        raise UnknownFileError(path, unknown)
+    raise UnknownFileError(
         path,
         "cannot tell the recording format (a JSON list that is not "
         "inference-perf's per_request_lifecycle_metrics.json)",
@@ -380,10 +380,10 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
             raise TraceError(path, other)
         return "run"
     if not path.exists():
-        raise TraceError(path, "no such file or run directory")
+        raise UnknownFileError(path, "no such file or run directory")
     head = head_utf8(path, 1 << 16)
     if not head.strip():
-        raise TraceError(
+        raise UnknownFileError(
             path,
             "is empty"
             + (" (only blank space)" if head else " (0 bytes)")
@@ -421,7 +421,7 @@ def detect_recording_format(path: Path, *, usage: str = RECORDS_USAGE) -> str:
         doc = load_report(path)
         if isinstance(doc, dict):
             return _detect_object(path, doc)
-        raise TraceError(
+        raise UnknownFileError(
             path,
             "cannot tell the recording format (a YAML file that is neither a "
             "GuideLLM report nor an llm-d-benchmark report)",

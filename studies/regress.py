@@ -71,6 +71,7 @@ from pydantic import (
 from kvbudget.simulator.run import simulate
 from kvbudget.simulator.scenario import load_scenario
 from kvbudget.studies.executors import LocalExecutor
+from kvbudget.workloads.errors import TraceError
 
 Worse = Literal["higher", "lower"]
 Verdict = Literal["ok", "improved", "regressed", "missing", "new"]
@@ -109,7 +110,16 @@ DEFAULT_CLIENT_METRICS = ("eventual_completion", "retry_amplification", "client_
 
 
 class RegressInputError(ValueError):
-    """Bad input: a suite, scenario or baseline file; the message names the file and field."""
+    """Bad input: a suite, scenario or baseline file; the message names the file and field.
+    ``trace``: the trace loader's error where a scenario's trace could not be loaded (the
+    command line names a load tool's file given as one: cli/errors.py), and ``scenario`` the
+    file that named it; both kept when the error comes back from a worker process."""
+
+    def __init__(self, message: str, *, trace: TraceError | None = None,
+                 scenario: str | None = None) -> None:
+        super().__init__(message)
+        self.trace = trace
+        self.scenario = scenario
 
 
 # --- metrics ------------------------------------------------------------------------------------
@@ -462,6 +472,8 @@ def run_replication(path: str, overrides: tuple[str, ...], seed: int) -> dict[st
     try:
         workload = scn.workload()
         result = simulate(workload, scn.make_policy(), scn.sim_config())
+    except TraceError as exc:
+        raise RegressInputError(f"{path}: {exc}", trace=exc, scenario=path) from None
     except (ValueError, FileNotFoundError, KeyError) as exc:
         raise RegressInputError(f"{path}: {exc}") from None
     return result.summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 NO_REQUESTS = ("is empty: a trace holds one request a row (after a header line where its "
                "format has one; the formats: docs/workloads.md)")
@@ -46,6 +47,25 @@ class TraceError(ValueError):
             parts.append(f"field {field!r}")
         parts.append(" ".join(problem.split()))
         super().__init__(": ".join(parts))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its parts (a worker process's error comes back whole: its class, file,
+        problem, line, row and field), not by its one-line message."""
+        return (_rebuilt, (type(self), self.path, self.problem, self.line, self.row, self.field))
+
+
+def _rebuilt(cls: type[TraceError], path: str | None, problem: str, line: int | None,
+             row: int | None, field: str | None) -> TraceError:
+    return cls(path, problem, line=line, row=row, field=field)
+
+
+class UnknownFileError(TraceError):
+    """A file no reader could place: the trace loader tells none of its formats in it ("cannot
+    tell the trace format", a JSON document or array where a trace has one request a line), or
+    the recordings' reader tells no load tool's file in it ("cannot tell the recording format",
+    figures of no tool it knows). Where a trace was asked for, the command line asks the
+    recordings' reader what such a file is (a load tool's file is named as that tool's:
+    cli/errors.py); a file that reader cannot place either keeps this error's line."""
 
 
 class SpecError(ValueError):

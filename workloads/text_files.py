@@ -160,6 +160,6 @@ def utf8_file(path: Path) -> Iterator[Path]:
         except TraceError as exc:
             if exc.path != str(copy):
                 raise
-            raise TraceError(
+            raise type(exc)(  # its kind kept (a file no reader placed: UnknownFileError)
                 path, exc.problem, line=exc.line, row=exc.row, field=exc.field
             ) from None

@@ -437,26 +437,6 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
                               "max_output_tokens 2,048")
 
 
-RECORDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
-
-
-@pytest.mark.parametrize("path", sorted(
-    p for p in RECORDINGS.rglob("*") if p.is_file() and "handmade" not in p.parts
-    and p.suffix in (".json", ".jsonl", ".csv")), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_a_load_tools_result_given_as_a_trace_is_refused_naming_the_way_in(path: Path) -> None:
-    """Files the load tools wrote here are recordings: simulate --trace refuses each in one
-    line that names validate --records (none is read as a trace of other requests); llama-
-    benchy's, which list no request for validate --records to read, are named as its."""
-    code, stdout, stderr = run("simulate", "--trace", str(path))
-    assert code == 2, stdout
-    assert len(stderr.strip().splitlines()) == 1 and stderr.startswith("error: ")
-    if "llama-benchy" in str(path.relative_to(RECORDINGS)):
-        assert "not a trace: it is" in stderr and "llama-benchy" in stderr, stderr
-        assert "record the load with a tool kvbudget reads" in stderr, stderr
-    else:
-        assert "kvbudget validate --records FILE" in stderr
-
-
 def test_an_engine_preset_without_prefix_caching_says_the_hashes_went_unused(
         tmp_path: Path) -> None:
     """Mooncake's conversation trace (kvcache-ai/Mooncake FAST25-release/traces, commit

@@ -44,7 +44,7 @@ def flat(text: str) -> str:
 def test_simulate_trace_of_a_load_tools_result_names_the_conversion(tmp_path: Path) -> None:
     code, _, stderr = run("simulate", "--trace", RATE8)
     assert code == 2
-    assert "kvbudget trace convert FILE --out T.csv" in flat(stderr), stderr
+    assert f"kvbudget trace convert {RATE8} --out T.csv" in flat(stderr), stderr
     assert "--rate-scale 2" in stderr, stderr
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvbudget.workloads.counted import counted
-from kvbudget.workloads.errors import NO_REQUESTS, TraceError
+from kvbudget.workloads.errors import NO_REQUESTS, TraceError, UnknownFileError
 from kvbudget.workloads.text_files import bom_of
 
 _PEEK = 1 << 16
@@ -134,8 +134,8 @@ def _decode(raw: bytes, path: Path) -> str:
     try:
         return raw.decode("utf-8-sig") if raw.startswith(b"\xef\xbb\xbf") else raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(path, f"is not UTF-8 text (byte {exc.start}); is it a binary file?",
-                         line=1) from None
+        raise UnknownFileError(path, f"is not UTF-8 text (byte {exc.start}); is it a binary "
+                               "file?", line=1) from None
 
 
 def file_facts(path: Path) -> FileFacts:
@@ -169,7 +169,7 @@ def file_facts(path: Path) -> FileFacts:
                          f"{shlex.quote(path.stem + '-utf8' + path.suffix)}) and give that",
                          line=1)
     if b"\x00" in head[:4096]:
-        raise TraceError(path, "is a binary file, not a text trace", line=1)
+        raise UnknownFileError(path, "is a binary file, not a text trace", line=1)
     head_lines = [ln for ln in head.splitlines() if ln.strip()]
     if not head_lines:
         raise TraceError(path, "is empty (only blank lines)")

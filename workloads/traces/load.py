@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import kvbudget.workloads.traces._tabular as _tabular
-from kvbudget.workloads.errors import TraceError
+from kvbudget.workloads.errors import TraceError, UnknownFileError
 from kvbudget.workloads.errors import json_problem as _json_problem
 from kvbudget.workloads.text_files import encoding_of, encoding_said, utf8_file
 from kvbudget.workloads.traces._csv import split_header
@@ -119,19 +119,20 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
             record = json.loads(first)
         except (json.JSONDecodeError, RecursionError) as exc:
             if facts.first_line_cut:  # not read whole: no claim on its JSON
-                raise TraceError(path, "its first line runs on past 64 KiB, too long to tell "
-                                 "a trace format from (a JSON lines trace has one request a "
-                                 f"line, with its token counts); {RECORDING_HINT}",
-                                 line=1) from None
+                raise UnknownFileError(path, "its first line runs on past 64 KiB, too long to tell "
+                                       "a trace format from (a JSON lines trace has one request a "
+                                       f"line, with its token counts); {RECORDING_HINT}",
+                                       line=1) from None
             if isinstance(exc, json.JSONDecodeError) and exc.pos >= len(first) \
                     and _one_document(path):
                 # the line ended before its value did: a document indented over several lines
-                raise TraceError(path, "its first line opens a JSON value that goes on past "
-                                 "it (one JSON document over several lines), not a trace: a "
-                                 "JSON lines trace has one request a line, with its token "
-                                 f"counts; {RECORDING_HINT}", line=1) from None
-            raise TraceError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines trace "
-                             f"has one request a line; {RECORDING_HINT}", line=1) from None
+                raise UnknownFileError(path, "its first line opens a JSON value that goes on past "
+                                       "it (one JSON document over several lines), not a trace: a "
+                                       "JSON lines trace has one request a line, with its token "
+                                       f"counts; {RECORDING_HINT}", line=1) from None
+            raise UnknownFileError(path, f"not valid JSON ({_json_problem(exc)}): a JSON lines "
+                                   f"trace has one request a line; {RECORDING_HINT}",
+                                   line=1) from None
         keys = set(record) if isinstance(record, dict) else set()
         if {"timestamp", "input_length", "output_length"} <= keys:
             return "mooncake"
@@ -141,14 +142,14 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
                           (("mooncake", _tabular.MOONCAKE_FIELDS),), "field")
         names = sorted(map(str, keys))
         shown = ", ".join(names[:8]) + (f", ... ({len(names)} keys)" if len(names) > 8 else "")
-        raise TraceError(path, f"cannot tell the trace format from the first record (keys: "
-                         f"{shown}); pass a format; {RECORDING_HINT}", line=1)
+        raise UnknownFileError(path, f"cannot tell the trace format from the first record (keys: "
+                               f"{shown}); pass a format; {RECORDING_HINT}", line=1)
     if first.startswith("["):
-        raise TraceError(path, "is a JSON array, not a trace: a trace has one request a line "
-                         "(CSV with a header, or JSON lines) with its token counts; a dataset "
-                         "of conversations (ShareGPT's) holds text: count its tokens with the "
-                         "model's tokenizer and write arrival_s, prompt_tokens, output_tokens; "
-                         f"{RECORDING_HINT}", line=1)
+        raise UnknownFileError(path, "is a JSON array, not a trace: a trace has one request a "
+                               "line (CSV with a header, or JSON lines) with its token counts; a "
+                               "dataset of conversations (ShareGPT's) holds text: count its tokens "
+                               "with the model's tokenizer and write arrival_s, prompt_tokens, "
+                               f"output_tokens; {RECORDING_HINT}", line=1)
     columns = split_header(first)
     header = set(columns)
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= header:
@@ -162,8 +163,8 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     if _GENERIC_HINT & header or mapped & header:
         return "generic"
     _refuse_one_short(path, columns, _signatures(), "column")
-    raise TraceError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
-                     f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
+    raise UnknownFileError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
+                           f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
 
 
 RUN_RECORDS = frozenset({"status", "first_token_s", "ttft_s"})
@@ -285,7 +286,7 @@ def _load(path: Path, options: TraceOptions, seed: Callable[[], int] | None) -> 
             # a table with a token column but no send time nor the other count (vllm_bench's
             # engines.csv: prompt_tokens beside generation_tokens, one row a trial) is likelier
             # a load tool's output than a trace: the way to recordings is said too
-            raise TraceError(exc.path, f"{exc.problem}; {RECORDING_HINT}", line=exc.line,
-                             row=exc.row, field=exc.field) from None
+            raise UnknownFileError(exc.path, f"{exc.problem}; {RECORDING_HINT}", line=exc.line,
+                                   row=exc.row, field=exc.field) from None
         raise
     return finish(raw, options, streams)
