@@ -52,6 +52,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    perf_counter_time,
     time_limit_note,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
@@ -191,7 +192,7 @@ def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:
     def num(name: str) -> float:
         return number(row.get(name), db, f"result.{name}", i)
 
-    start = num("start_time")
+    start = perf_counter_time(row.get("start_time"), db, "result.start_time", i, TOOL)
     if math.isnan(start):
         raise TraceError(db, "missing", row=i, field="result.start_time")
     ok = row.get("success")
