@@ -1003,6 +1003,24 @@ def _refuse_far_sends(path: Path, records: list[tuple[int, Any]], start: FloatAr
                      "time?", line=records[far][0], field="metadata.request_start_ns")
 
 
+def _refuse_repeated_requests(path: Path, records: list[tuple[int, Any]]) -> None:
+    """Refuse a record whose ``metadata.x_request_id`` another has: AIPerf's worker draws one
+    for each request it sends (``aiperf/workers/worker.py``: ``x_request_id =
+    str(uuid.uuid4())``), so a repeat is a line written twice, or files joined, which was read
+    as one request more, its load simulated and its times measured twice."""
+    seen: dict[str, int] = {}
+    for line, rec in records:
+        rid = dig(rec, "metadata", "x_request_id")
+        if not isinstance(rid, str) or not rid:
+            continue
+        first = seen.setdefault(rid, line)
+        if first != line:
+            raise TraceError(path, f"repeats line {first}'s request ({rid!r}): AIPerf gives "
+                             "each request it sends its own id, so one record was written "
+                             "twice (a copy joined to the file?); remove the repeat",
+                             line=line, field="metadata.x_request_id")
+
+
 def _issued_ns(path: Path, line: int, meta: Mapping[str, Any]) -> float:
     """When AIPerf issued the request (``metadata.credit_issued_ns``, epoch nanoseconds; NaN
     without one). A credit is issued before the worker that takes it sends the request
@@ -1096,6 +1114,7 @@ def read_aiperf(path: Path, default_tier: str,
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
     _refuse_far_sends(path, records, start)
+    _refuse_repeated_requests(path, records)
     _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
