@@ -69,3 +69,22 @@ def test_otel_span_exported_twice_is_read_once_and_said(tmp_path: Path) -> None:
         f"the first at line {len(lines) + 1}, seen at line 1)"
     ), twice.notes
     assert not [n for n in once.notes if "exported again" in n]
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["vllm-bench-0.32.0/append.jsonl", "sglang-0.5.9/rate8.jsonl", "sglang-0.5.9/append.jsonl"],
+)
+def test_a_run_appended_twice_is_refused(tmp_path: Path, rel: str) -> None:
+    """vllm bench serve --append-result and SGLang's bench_serving write a run a line: the
+    first line written again was read as another run of as many requests."""
+    path = _copy(tmp_path, rel)
+    lines = path.read_text().splitlines(keepends=True)
+    read_recording(path)
+    text = "".join(lines)
+    path.write_text(text + ("" if text.endswith("\n") else "\n") + lines[0].rstrip("\n"))
+    with pytest.raises(TraceError) as refused:
+        read_recording(path)
+    assert str(refused.value).startswith(
+        f"{path}: line {len(lines) + 1}: repeats line 1 in every field"
+    ), refused.value
