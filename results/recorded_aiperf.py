@@ -1003,6 +1003,46 @@ def _refuse_far_sends(path: Path, records: list[tuple[int, Any]], start: FloatAr
                      "time?", line=records[far][0], field="metadata.request_start_ns")
 
 
+def _refuse_repeated_requests(path: Path, records: list[tuple[int, Any]]) -> None:
+    """Refuse a record whose ``metadata.x_request_id`` another has: AIPerf's worker draws one
+    for each request it sends (``aiperf/workers/worker.py``: ``x_request_id =
+    str(uuid.uuid4())``), so a repeat is a line written twice, or files joined, which was read
+    as one request more, its load simulated and its times measured twice."""
+    seen: dict[str, int] = {}
+    for line, rec in records:
+        rid = dig(rec, "metadata", "x_request_id")
+        if not isinstance(rid, str) or not rid:
+            continue
+        first = seen.setdefault(rid, line)
+        if first != line:
+            raise TraceError(path, f"repeats line {first}'s request ({rid!r}): AIPerf gives "
+                             "each request it sends its own id, so one record was written "
+                             "twice (a copy joined to the file?); remove the repeat",
+                             line=line, field="metadata.x_request_id")
+
+
+def _issued_ns(path: Path, line: int, meta: Mapping[str, Any]) -> float:
+    """When AIPerf issued the request (``metadata.credit_issued_ns``, epoch nanoseconds; NaN
+    without one). A credit is issued before the worker that takes it sends the request
+    (``aiperf/workers/worker.py``: ``credit_issued_ns`` is the credit's ``issued_at_ns``, the
+    request's ``request_start_ns`` stamped after it): one at or below zero, or after the send,
+    was read as no issue time, the request then offered at its send without a word."""
+    credit = meta.get("credit_issued_ns")
+    if credit is None:
+        return math.nan
+    number_like = isinstance(credit, int | float) and not isinstance(credit, bool)
+    issued = float(credit) if number_like else math.nan
+    if not issued > 0 or not math.isfinite(issued):
+        raise TraceError(path, f"must be epoch nanoseconds (> 0), got {credit!r}"[:120],
+                         line=line, field="metadata.credit_issued_ns")
+    sent = meta.get("request_start_ns")
+    if isinstance(sent, int | float) and not isinstance(sent, bool) and 0 < sent < issued:
+        raise TraceError(path, f"{(issued - sent) / 1e9:.6g} s after the request was sent "
+                         "(metadata.request_start_ns): AIPerf issues a request before a "
+                         "worker sends it", line=line, field="metadata.credit_issued_ns")
+    return issued
+
+
 def _sent_to_end_s(path: Path, line: int, start_ns: float, end_ns: float) -> float:
     """Seconds from a record's ``request_start_ns`` to its ``request_end_ns`` (NaN without an
     end), refused where the request would end before it was sent or over a day after: a
@@ -1032,9 +1072,7 @@ def read_aiperf(path: Path, default_tier: str,
             raise TraceError(path, "not an AIPerf record (no metadata object)", line=line,
                              field="metadata")
         meta = rec["metadata"]
-        credit = meta.get("credit_issued_ns")  # AIPerf 0.13.0: when its issuer sent the credit
-        if isinstance(credit, int) and not isinstance(credit, bool) and credit > 0:
-            issued[i] = credit
+        issued[i] = _issued_ns(path, line, meta)
         turn = meta.get("turn_index")
         num_later_turns += isinstance(turn, int) and not isinstance(turn, bool) and turn > 0
         metrics = rec.get("metrics") or {}
@@ -1076,6 +1114,7 @@ def read_aiperf(path: Path, default_tier: str,
         end[i] = t1 if not math.isnan(t1) else t0 + lat * 1e9 if not math.isnan(lat) else math.inf
         status.append(_status(rec, meta))
     _refuse_far_sends(path, records, start)
+    _refuse_repeated_requests(path, records)
     _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)

@@ -52,6 +52,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    perf_counter_time,
     time_limit_note,
 )
 from kvbudget.results.recorded_idle import closed_loop_idle_note
@@ -191,7 +192,7 @@ def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:
     def num(name: str) -> float:
         return number(row.get(name), db, f"result.{name}", i)
 
-    start = num("start_time")
+    start = perf_counter_time(row.get("start_time"), db, "result.start_time", i, TOOL)
     if math.isnan(start):
         raise TraceError(db, "missing", row=i, field="result.start_time")
     ok = row.get("success")
@@ -446,15 +447,19 @@ def read_evalscope(path: Path, default_tier: str,
     failed = cat([r.failed for r in runs])
     streamed = cat([r.streamed for r in runs])
     recorded = cat([r.max_tokens for r in runs])
-    workload, counts, warnings = finish_columns(
-        path, "evalscope", prompt=cat([r.prompt for r in runs]),
-        output=cat([r.output for r in runs]), arrival=sent,
-        fields={"prompt_tokens": "result.prompt_tokens",
-                "output_tokens": "result.completion_tokens", "arrival_s": "result.start_time",
-                "max_output_tokens": "result.request.max_tokens"},
-        default_tier=default_tier,
-        max_output=recorded if np.isfinite(recorded).any() else None,
-        max_output_rule=max_output_rule, completion_order=True)
+    try:
+        workload, counts, warnings = finish_columns(
+            path, "evalscope", prompt=cat([r.prompt for r in runs]),
+            output=cat([r.output for r in runs]), arrival=sent,
+            fields={"prompt_tokens": "result.prompt_tokens",
+                    "output_tokens": "result.completion_tokens",
+                    "arrival_s": "result.start_time",
+                    "max_output_tokens": "result.request.max_tokens"},
+            default_tier=default_tier,
+            max_output=recorded if np.isfinite(recorded).any() else None,
+            max_output_rule=max_output_rule, completion_order=True)
+    except TraceError as exc:
+        raise _in_database(exc, runs) from None
     order = workload.request_id
     labels = [r.label for r in runs for _ in r.start]
     notes += _notes(runs, failed, streamed, recorded, max_output_rule)
@@ -467,6 +472,20 @@ def read_evalscope(path: Path, default_tier: str,
                            config=_config(runs, stages), counts={**counts, "num_failed": 0},
                            notes=[*notes, *warnings], stages=tuple(stages),
                            sent_s=sent[order], tool=TOOL)
+
+
+def _in_database(exc: TraceError, runs: list[_Run]) -> TraceError:
+    """``exc``, of a row of the runs' requests read together, as the database it is in and
+    its row there (``rowid`` order, 0-based): a run directory's "row 3" named the directory,
+    not its benchmark_data.db, and a sweep's the sweep (the second run's rows counted on)."""
+    if exc.row is None:
+        return exc
+    i = exc.row
+    for run in runs:
+        if i < len(run.start):
+            return TraceError(run.db, exc.problem, row=i, field=exc.field)
+        i -= len(run.start)
+    return exc
 
 
 def _notes(runs: list[_Run], failed: np.ndarray[Any, np.dtype[np.bool_]],

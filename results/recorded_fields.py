@@ -64,6 +64,22 @@ def number(value: Any, path: Path, field: str, row: int | None = None) -> float:
     return x
 
 
+def perf_counter_time(value: Any, path: Path, field: str, row: int, tool: str) -> float:
+    """A send time a tool stamped with Python's ``time.perf_counter()`` (evalscope perf's
+    ``start_time``, inference-perf's): NaN for a missing one, a negative one refused. CPython
+    reads it from the monotonic clock (``Python/pytime.c``: ``CLOCK_MONOTONIC`` on Linux, the
+    boot-time counters on macOS and Windows), which Linux counts from boot (clock_gettime(2):
+    "the number of seconds that the system has been running since it was booted"): no process
+    reads a negative one, and a request stamped so would be read as sent hours before the
+    others, its run that much longer."""
+    x = number(value, path, field, row)
+    if x < 0:
+        raise TraceError(path, f"negative: {x:g} s; {tool} stamps it with time.perf_counter(), "
+                         "the monotonic clock, counted from the machine's boot, which is never "
+                         "negative", row=row, field=field)
+    return x
+
+
 def first_number(path: Path, row: int | None, *pairs: tuple[str, Any]) -> float:
     """The first present value of ``(field, value)`` pairs, checked by :func:`number`."""
     for name, value in pairs:

@@ -217,6 +217,9 @@ def _metadata(path: Path) -> dict[str, Any]:
         if tokens < 1 or tokens != int(tokens):
             raise TraceError(path, f"must be a whole number >= 1, got {params['max_tokens']!r}",
                              field="additional_request_params.max_tokens")
+    unit = doc.get("metrics_time_unit", "s")  # the runs' files' unit where they say none
+    if not isinstance(unit, str) or unit not in UNITS:
+        raise TraceError(path, f"must be s or ms, got {unit!r}"[:80], field="metrics_time_unit")
     scenarios, levels = doc.get("traffic_scenario"), doc.get("num_concurrency")
     # genai-bench's ExperimentMetadata: list[str], list[int]
     if isinstance(scenarios, list) and not all(isinstance(s, str) for s in scenarios):

@@ -454,6 +454,32 @@ def _window(path: Path, bench: Mapping[str, Any], b: int) -> tuple[float, float]
     return start, end
 
 
+def _refuse_before_start(path: Path, bench: Mapping[str, Any], b: int) -> None:
+    """Refuse a request sent, or due, before its benchmark began: GuideLLM 0.4+ records the
+    run's start (``scheduler_metrics.start_time``, "Unix timestamp when the benchmark run
+    started", ``benchmark/schemas/metrics.py``; the scheduler's ``start_time``, from which its
+    strategies count every targeted start, ``scheduler/strategies.py``
+    ``get_processes_start_time``), on the clock its ``request_start_time`` and
+    ``info.timings.targeted_start`` are on (``time.time()``). One before it was read as sent
+    before the run, its arrival moved ahead of every other request's."""
+    begun = dig(bench, "scheduler_metrics", "start_time")
+    if not isinstance(begun, int | float) or isinstance(begun, bool) or not math.isfinite(begun):
+        return  # 0.2-0.3: no run start recorded (run_stats.start_time is the first send's)
+    for kind in KINDS:
+        rows = dig(bench, "requests", kind)
+        for r, req in enumerate(rows if isinstance(rows, list) else []):
+            for name, value in (("request_start_time", dig(req, "request_start_time")),
+                                ("info.timings.targeted_start",
+                                 dig(req, "info", "timings", "targeted_start"))):
+                if (isinstance(value, int | float) and not isinstance(value, bool)
+                        and value < begun):
+                    raise TraceError(path, f"{value:.10g} is {begun - value:.3g} s before the "
+                                     "benchmark began (scheduler_metrics.start_time "
+                                     f"{begun:.10g}): GuideLLM sends no request before its "
+                                     "run starts", field=f"benchmarks[{b}].requests.{kind}[{r}]"
+                                     f".{name}")
+
+
 def _request_body(req: Mapping[str, Any]) -> dict[str, Any]:
     """The request body GuideLLM sent: ``request_args`` is JSON text in 0.5+ and a Python
     ``repr`` of a dict in 0.4 (``{'method': None, ..., 'body': {...}}``)."""
@@ -917,6 +943,7 @@ def read_guidellm(path: Path, default_tier: str,
                             cut=cut, status_changes=changes)
         stages.append(stage)
         window = _window(path, bench, b)
+        _refuse_before_start(path, bench, b)
         # with no cool-down GuideLLM 0.8.1's window ends at the time limit (benchmark/schemas/
         # accumulator.py: measure_end is request_end, the scheduler's progress.stop_time);
         # what its workers had queued goes out after it

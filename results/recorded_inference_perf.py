@@ -45,6 +45,7 @@ from kvbudget.results.recorded_fields import (
     load_json,
     max_tokens_note,
     number,
+    perf_counter_time,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, body_key
 from kvbudget.results.recorded_guidellm_turns import (
@@ -212,7 +213,7 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     with fewer than two)."""
     if not isinstance(req, dict):
         raise TraceError(path, "must be an object", row=i)
-    t0 = number(req.get("start_time"), path, "start_time", i)
+    t0 = perf_counter_time(req.get("start_time"), path, "start_time", i, "inference-perf")
     t1 = number(req.get("end_time"), path, "end_time", i)
     if math.isnan(t0):
         raise TraceError(path, "missing", row=i, field="start_time")

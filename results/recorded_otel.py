@@ -58,6 +58,7 @@ from kvbudget.results.recorded_fields import (
     without_shared_times,
 )
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -212,10 +213,16 @@ def _span(path: Path, line: int, where: str, span: Mapping[str, Any],
                 process=str(res.get("vllm.process_id") or res.get("service.instance.id") or ""))
 
 
-def read_spans(path: Path) -> tuple[list[Span], Counter[str]]:
-    """Every ``llm_request`` span of the file, and how many spans of each other name."""
+def read_spans(path: Path) -> tuple[list[Span], Counter[str], list[tuple[int, int]]]:
+    """Every ``llm_request`` span of the file once, how many spans of each other name, and
+    the (line, line first seen) of each span exported again (its ``traceId`` and ``spanId``
+    an earlier one's: OTLP's exporters retry a batch that was not acknowledged, so a
+    collector may write it twice, and a file joined to a copy repeats every span). Each
+    repeat was read as one request more."""
     spans: list[Span] = []
     others: Counter[str] = Counter()
+    first_seen: dict[tuple[str, str], int] = {}
+    repeats: list[tuple[int, int]] = []
     for line, doc in _exports(path):
         if not isinstance(doc, dict) or not is_otlp_traces(doc):
             raise TraceError(path, "must be an OTLP trace export (an object with "
@@ -232,12 +239,27 @@ def read_spans(path: Path) -> tuple[list[Span], Counter[str]]:
                         others[str(name)] += 1
                         continue
                     where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
+                    ids = (str(span.get("traceId") or ""), str(span.get("spanId") or ""))
+                    if all(ids) and ids in first_seen:
+                        repeats.append((line, first_seen[ids]))
+                        continue
+                    first_seen[ids] = line
                     spans.append(_span(path, line, where, span, resource))
     if not spans:
         seen = ", ".join(f"{n} {c}" for n, c in others.most_common(5)) or "none"
         raise TraceError(path, f"holds no {SPAN_NAME} span (vLLM's per-request span, written "
                          f"with --otlp-traces-endpoint; spans here: {seen})")
-    return spans, others
+    return spans, others, repeats
+
+
+def _repeats_said(repeats: list[tuple[int, int]]) -> list[str]:
+    if not repeats:
+        return []
+    line, first = repeats[0]
+    return [f"{counted(len(repeats), SPAN_NAME + ' span')} exported again (the traceId and "
+            f"spanId of an earlier one; the first at line {line}, seen at line {first}): an "
+            "OTLP exporter's retry of a batch the collector had written, or a file joined to "
+            "a copy; each read once"]
 
 
 def _notes(spans: list[Span], others: Counter[str]) -> list[str]:
@@ -274,7 +296,7 @@ def _notes(spans: list[Span], others: Counter[str]) -> list[str]:
 def read_otel(path: Path, default_tier: str,
               max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read an OTLP JSON export of vLLM's ``llm_request`` spans."""
-    spans, others = read_spans(path)
+    spans, others, repeats = read_spans(path)
     models = sorted({s.model for s in spans if s.model})
     if len(models) > 1:
         raise TraceError(path, f"holds spans of {len(models)} models ({', '.join(models)}): "
@@ -295,7 +317,7 @@ def read_otel(path: Path, default_tier: str,
         # every tie is one request's sequences (n > 1): they did arrive together
         workload, warnings = without_shared_times(workload, warnings)
     counts["num_failed"] = sum(s.status != "completed" for s in kept)
-    notes = [*_notes(spans, others),
+    notes = [*_notes(spans, others), *_repeats_said(repeats),
              max_tokens_note(max_tokens, max_output_rule)]
     config: dict[str, Any] = {"model": models[0]} if models else {}
     return build_recording(path, FORMAT, workload, ttft=np.array([s.ttft for s in kept]),

@@ -26,6 +26,7 @@ from kvbudget.results.recorded_fields import (
 )
 from kvbudget.results.recorded_refusals import engine_rules_said
 from kvbudget.results.recorded_run_loop import replayed_loop
+from kvbudget.results.recorded_whole_answer import BURST_ITL_S
 from kvbudget.results.recording import (
     COMPLETED_WORDS,
     MEASUREMENT_COLUMNS,
@@ -127,8 +128,9 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     status_all = measured.labels.get("status")
     status = (_normalise_status([status_all[r] for r in rows.tolist()]) if status_all is not None
               else ["completed"] * len(rows))
-    _check_units(path, names, ttft, e2e, workload.output_tokens,
-                 np.array([st == "completed" for st in status], dtype=bool))
+    done = np.array([st == "completed" for st in status], dtype=bool)
+    _check_units(path, names, ttft, e2e, workload.output_tokens, done)
+    _check_too_fast(path, names, e2e, workload.output_tokens, done)
     stage_all = measured.labels.get("stage")
     stage = ([stage_all[r] for r in rows.tolist()] if stage_all is not None
              else [""] * len(rows))
@@ -145,6 +147,8 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     if trace_cols.get("max_output_tokens", "max_output_tokens") not in measured.file_columns:
         notes.append(max_tokens_note(None, max_output))
     notes.extend([rebased] if rebased else [])
+    if "id" not in numbers:  # with ids the trace loader refuses a repeated one
+        notes.extend(_repeated_rows_said(workload, ttft, e2e, rows, line_of))
     notes.append(OPEN_REPLAY_NOTE)
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
@@ -369,6 +373,59 @@ def _check_units(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e: Fl
                      f"output_tokens - 1; median E2E {float(np.median(e2e[ok])):.4g} s): no "
                      f"server decodes that slowly; {cols} look like milliseconds in a seconds "
                      "column: give seconds (divide by 1,000)", field=names["e2e_s"])
+
+
+def _repeated_rows_said(workload: Workload, ttft: FloatArray, e2e: FloatArray,
+                        file_rows: npt.NDArray[np.int64], line_of: Any) -> list[str]:
+    """The note of rows that repeat another in every column read (send time, tokens, TTFT and
+    E2E): a copy of the file joined to itself, or a row written twice, whose requests were read
+    as that many more, the load they add simulated and measured without a word. Two real
+    requests may share all five on a coarse clock (a burst of equal lengths served in one
+    batch), so said, not refused; a file with an ``id`` column is refused on a repeated id."""
+    table = np.column_stack([workload.arrival_s, workload.prompt_tokens,
+                             workload.output_tokens, ttft, e2e]).astype(np.float64)
+    seen: dict[bytes, int] = {}
+    repeats: list[tuple[int, int]] = []
+    for i, row in enumerate(np.nan_to_num(table, nan=-1.0)):
+        first = seen.setdefault(row.tobytes(), i)
+        if first != i:
+            repeats.append((int(file_rows[first]), int(file_rows[i])))
+    if not repeats:
+        return []
+    where = "line" if line_of is not None else "row"
+    first, again = (line_of(r) if line_of is not None else r for r in repeats[0])
+    verb = "repeats" if len(repeats) == 1 else "repeat"
+    return [f"{counted(len(repeats), 'row')} {verb} another in every column read (arrival_s, "
+            f"prompt_tokens, output_tokens, ttft_s, e2e_s; the first, {where} {again}, repeats "
+            f"{where} {first}): a file joined to a copy of itself, or a request written twice? "
+            "read as separate requests; give the file an id column, or remove the repeats, if "
+            "they are one request"]
+
+
+def _check_too_fast(path: Path, names: Mapping[str, str], e2e: FloatArray,
+                    output: npt.NDArray[np.int64], completed: npt.NDArray[np.bool_]) -> None:
+    """Refuse an ``e2e_s`` column whose completed requests took a median under
+    :data:`BURST_ITL_S` a token after the first from send to end: the server generated every
+    one of those tokens within the E2E, streamed or not, and none decodes one stream faster
+    than about 3,000 tokens a second (the constant's sources). Such a file's times are in a
+    unit 1,000 times too large for the column (seconds divided by 1,000 twice, or hours): read
+    as seconds it validated a server a thousand times faster, its requests said to be whole
+    answers read at once."""
+    ok = completed & np.isfinite(e2e) & (output >= 2)
+    if not ok.any():
+        return
+    per_token = e2e[ok] / (output[ok] - 1)
+    median = float(np.median(per_token))
+    if median >= BURST_ITL_S:
+        return
+    raise TraceError(path, f"the completed requests took a median {median * 1e6:.3g} us per "
+                     f"output token after the first, send to end ({int(ok.sum()):,} requests, "
+                     f"E2E over output_tokens - 1; median E2E {float(np.median(e2e[ok])):.4g} "
+                     f"s): no server generates tokens that fast (under {BURST_ITL_S * 1e6:.0f} "
+                     "us apiece, 10,000 a second; the fastest published decode is about 3,000); "
+                     f"{names['e2e_s']!r} (and {names['ttft_s']!r}) look like they hold another "
+                     "unit than seconds: give seconds (times 1,000 if they were divided by "
+                     "1,000 twice)", field=names["e2e_s"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -150,6 +150,24 @@ def _documents(path: Path) -> list[tuple[int | None, dict[str, Any]]]:
     return [(line, flat_details(d)) for line, d in docs if isinstance(d, dict)]
 
 
+def _refuse_repeated_runs(path: Path, docs: list[tuple[int | None, dict[str, Any]]]) -> None:
+    """Refuse a line (``--append-result``, SGLang's ``--output-file``) equal to an earlier one
+    in every field, its requests' measured times (``ttfts``) too: no two runs time their
+    requests alike to the microsecond, so it is one run appended twice (a copy joined to the
+    file), which was read as a second run of as many requests."""
+    seen: dict[str, int | None] = {}
+    for line, doc in docs:
+        if not isinstance(doc.get("ttfts"), list) or not doc["ttfts"]:
+            continue
+        key = json.dumps(doc, sort_keys=True, default=str)
+        if key in seen:
+            raise TraceError(path, f"repeats line {seen[key]} in every field, its "
+                             f"{len(doc['ttfts'])} requests' measured times too: one run "
+                             "appended twice (a copy joined to the file?); remove the repeat",
+                             line=line)
+        seen[key] = line
+
+
 def flat_details(doc: dict[str, Any]) -> dict[str, Any]:
     """A result with its per-request lists at the top: SGLang's refactored client nests them
     under ``details`` (sgl-project/sglang python/sglang/benchmark/metrics.py ``save_results``
@@ -1146,6 +1164,7 @@ def read_vllm_bench(path: Path, default_tier: str, seed: int,
                     max_output_rule: MaxOutputRule | None = None) -> Recording:
     """Read a ``vllm bench serve`` result (one run, or ``--append-result`` runs one a line)."""
     docs = _documents(path)
+    _refuse_repeated_runs(path, docs)
     _one_model(path, docs)
     notes: list[str] = []
     runs = [_run(path, doc, line, seed + k, notes) for k, (line, doc) in enumerate(docs)]

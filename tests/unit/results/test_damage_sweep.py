@@ -5,8 +5,10 @@ metadata, a replay's ``replay.json``) broken at one key path at a time (deleted,
 string, negative, 0, NaN, Infinity, 1e300, an empty list or object, a list where a value was, a
 number where a list was, a boolean), a JSON-lines file at one line (dropped, repeated, cut,
 swapped), an evalscope database at one cell or column. Each damaged copy is read, or refused
-with :class:`TraceError` in one line that names the file: never another exception, which the
-command line would show as a traceback or as a line naming no file.
+with :class:`TraceError` in one line that names the damaged file (not only the run folder it is
+in: evalscope's ``benchmark_data.db`` and genai-bench's ``experiment_metadata.json`` were
+refused naming their folder): never another exception, which the command line would show as a
+traceback or as a line naming no file.
 
 The sample is ``_budget`` mutations of each file's list, evenly spaced (the list is built
 here from the fixture, deterministic), so each fixture is read a few dozen times at most.
@@ -280,9 +282,7 @@ def test_damage_is_read_or_refused_naming_the_file(tmp_path: Path, unit: Path) -
                 read_recording(target)
             except TraceError as exc:
                 said = str(exc)
-                if "\n" in said or not any(
-                    name in said for name in (copied.name, target.name, str(target))
-                ):
+                if "\n" in said or copied.name not in said:  # the damaged file, not its folder
                     problems.append(f"{member.name}: {label}: refused as {said!r}")
             except Exception as exc:  # what a user would see as a traceback
                 problems.append(f"{member.name}: {label}: {type(exc).__name__}: {exc}")
@@ -479,3 +479,36 @@ def test_a_replays_impossible_latency_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match=r"requests\.parquet: row 3: field 'e2e_s': implausibly"):
         read_recording(run)
+
+
+def test_a_sweeps_damaged_row_names_its_run_database_and_row(tmp_path: Path) -> None:
+    """evalscope's sweep: the second run's fourth row with a negative prompt_tokens was refused
+    as the sweep folder's "row 11" (the rows of both runs counted together), naming no file."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(REC / "evalscope-1.14.1" / "sweep", sweep)
+    db = sweep / "parallel_2_number_12" / "benchmark_data.db"
+    with sqlite3.connect(db) as con:
+        fourth = con.execute("SELECT rowid FROM result ORDER BY rowid LIMIT 1 OFFSET 3").fetchone()
+        con.execute("UPDATE result SET prompt_tokens=-1 WHERE rowid=?", fourth)
+    con.close()
+    with pytest.raises(TraceError) as refused:
+        read_recording(sweep)
+    assert str(refused.value) == (
+        f"{db}: row 3: field 'result.prompt_tokens': negative value: -1"
+    ), refused.value
+
+
+def test_a_metadata_time_unit_is_refused_naming_the_metadata(tmp_path: Path) -> None:
+    """genai-bench's experiment_metadata.json with metrics_time_unit "x" (the runs' files
+    saying none) was refused naming a run's file and its '_time_unit', where it is not."""
+    folder = tmp_path / "run"
+    shutil.copytree(
+        REC / "published" / "genai-bench-baseten-gpt-oss-120b-nonstreamed-excerpt", folder
+    )
+    meta = folder / "experiment_metadata.json"
+    doc = json.loads(meta.read_text())
+    doc["metrics_time_unit"] = "x"
+    meta.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as refused:
+        read_recording(folder)
+    assert str(refused.value) == f"{meta}: field 'metrics_time_unit': must be s or ms, got 'x'"
