@@ -3,8 +3,9 @@ that its HTTP frontend finished, as JSON lines.
 
 What Dynamo writes (ai-dynamo 1.6.1; the variables are named in the install's
 ``dynamo/thunderagent_router/README.md`` lines 99-104 and in ``_core.abi3.so``'s strings):
-``DYN_REQUEST_TRACE=1`` turns the trace on (default sink ``jsonl_gz`` under
-``/tmp/dynamo-request-trace``); ``DYN_REQUEST_TRACE_SINKS=jsonl`` and
+``DYN_REQUEST_TRACE=1`` turns the trace on (default sink ``jsonl_gz``, to
+``/tmp/dynamo-request-trace.000000.jsonl.gz``, as 1.6.1 wrote it here; gzip is refused by the
+file checks, naming ``gunzip``); ``DYN_REQUEST_TRACE_SINKS=jsonl`` and
 ``DYN_REQUEST_TRACE_OUTPUT_PATH=FILE`` write plain JSON lines to ``FILE`` (the frontend logs
 ``Request trace initialized ... sinks=["file"] file_format="jsonl" records=["request_end",
 "tool"]``). Each line is ``{"timestamp": ..., "event": RECORD}`` (``timestamp``: the sink's own

@@ -7,6 +7,7 @@ the file and line. The hand-made cases change a copy of the real file."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -201,3 +202,14 @@ def test_requests_of_several_models_are_refused(tmp_path: Path) -> None:
     docs[1]["event"]["request"]["model"] = "a"
     assert read_recording(write_lines(tmp_path / "t.jsonl", docs)).config["model"] == "a"
     assert not math.isnan(docs[0]["event"]["request"]["ttft_ms"])
+
+
+def test_the_default_sinks_gzip_file_is_refused_naming_gunzip(tmp_path: Path) -> None:
+    """DYN_REQUEST_TRACE=1 alone writes the jsonl_gz sink (1.6.1 wrote
+    dynamo-request-trace.000000.jsonl.gz here): refused in one line that says to gunzip it."""
+    path = tmp_path / "dynamo-request-trace.000000.jsonl.gz"
+    path.write_bytes(gzip.compress(TRACE.read_bytes()))
+    with pytest.raises(TraceError, match=r"is gzip-compressed: decompress it first \(gunzip -k"):
+        read_recording(path)
+    (tmp_path / "plain.jsonl").write_bytes(gzip.decompress(path.read_bytes()))
+    assert read_recording(tmp_path / "plain.jsonl").num_usable == 48
