@@ -17,9 +17,13 @@ milliseconds, not read), ``RECORD`` of ``schema`` ``dynamo.request.trace.v1``; a
   github.com/ai-dynamo/dynamo ``lib/llm/src/request_trace/record.rs`` at 0366e63a,
   ``emit_request_end`` lines 52-80, sets ``output_tokens`` and ``replay`` only);
 - ``ttft_ms``, ``total_time_ms``, ``avg_itl_ms``: from ``request_received_ms`` to the first
-  token, to the end, and the mean gap between tokens, as the frontend timed them
-  (``event_time_unix_ms`` is ``request_received_ms`` plus ``total_time_ms`` rounded:
-  ``record.rs`` ``event_time_unix_ms_from_request``, lines 41-50);
+  token, to the end, and the mean gap between tokens, ``(end - first token) / (output_tokens -
+  1)``, as the frontend's ``RequestTracker`` timed them (``lib/llm/src/protocols/common/
+  timing.rs``: its ``new`` takes ``request_received``; ``ttft_ms``, ``total_time_ms``,
+  ``avg_itl_ms``, ``prefill_wait_time_ms`` + ``prefill_time_ms`` = ``ttft_ms``; every line of
+  the 1.6.1 fixture holds these identities); ``event_time_unix_ms`` is ``request_received_ms``
+  plus ``total_time_ms`` rounded (``record.rs`` ``event_time_unix_ms_from_request``, lines
+  41-50);
 - ``prefill_wait_time_ms``, ``prefill_time_ms``, ``cached_tokens``, ``worker``,
   ``replay.input_sequence_hashes`` (not read), and, when set, ``model``.
 

@@ -94,6 +94,17 @@ def test_the_frontends_end_is_its_arrival_plus_its_total_time() -> None:
         )
 
 
+def test_the_fields_are_the_request_trackers_as_the_reader_says() -> None:
+    """The docstring's reading of the fields (timing.rs's RequestTracker): the mean ITL is
+    (end - first token) / (output_tokens - 1), and the TTFT is the wait before prefill plus
+    the prefill, in every line of the 1.6.1 file."""
+    for d in lines():
+        r = d["event"]["request"]
+        itl = (r["total_time_ms"] - r["ttft_ms"]) / (r["output_tokens"] - 1)
+        assert r["avg_itl_ms"] == pytest.approx(itl, rel=1e-12)
+        assert r["prefill_wait_time_ms"] + r["prefill_time_ms"] == pytest.approx(r["ttft_ms"])
+
+
 def test_other_records_are_skipped_and_said(tmp_path: Path) -> None:
     docs = lines()
     tool = {
