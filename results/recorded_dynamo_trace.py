@@ -29,7 +29,10 @@ milliseconds, not read), ``RECORD`` of ``schema`` ``dynamo.request.trace.v1``; a
 
 What it lacks: ``max_tokens``, whether the client streamed, the endpoint, any status or finish
 reason, each token's time (only ``avg_itl_ms``), and the client's view (the network and the
-client's own parsing). Other event types (``tool_*`` events from an agent harness,
+client's own parsing). 1.6.1 against its mocker traced a stream whose client closed it after 3
+chunks as if it had run to the end (``output_tokens`` 2000, the ``max_tokens`` asked, 11.7 s),
+and wrote no record for a request the frontend refused (an unknown model, a negative
+``max_tokens``): ``trace_abandoned_refused.jsonl``. Other event types (``tool_*`` events from an agent harness,
 ``request_payload``) are skipped and counted. Dynamo 1.6.1 run here against its mocker
 (``scripts/make_recording_fixtures.sh dynamo``) traced every request, chat and completions,
 streamed and not, with all of the fields above but ``model``.
@@ -206,8 +209,10 @@ def _notes(ended: list[Ended], others: Counter[str]) -> list[str]:
         "client not (simulated with kvbudget's API-server front end)",
         "the trace says when requests reached the frontend, not how its clients sent them (a "
         "production log): replayed open loop at the recorded arrivals",
-        "no status: every traced request is taken as finished; one without ttft_ms or "
-        "total_time_ms is counted as failed",
+        "no status: every traced request is taken as finished (Dynamo 1.6.1 traced a stream "
+        "its client closed after 3 chunks as finished, with all 2000 tokens asked; requests "
+        "the frontend refused left no record); one without ttft_ms or total_time_ms is "
+        "counted as failed",
     ]
     replayed = sum(e.prompt_from_replay for e in ended)
     if replayed:

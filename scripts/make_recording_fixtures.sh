@@ -1588,7 +1588,10 @@ run_dynamo() {
     # stopped before the namespace ends. The client: the official openai SDK (the CPU vLLM
     # venv's), 48 requests, 4 each of chat and completions, streamed (with usage) and not, at
     # 1, 2 and 4 in flight, 8, 12 or 16 output tokens (the mocker needs max_tokens; it stops
-    # there). Kept: the trace (trace_chat_completions_c124.jsonl).
+    # there). Kept: the trace (trace_chat_completions_c124.jsonl); and a second frontend's
+    # (trace_abandoned_refused.jsonl) of a completion, a stream of 2000 tokens asked its client
+    # closes after 3 chunks, two requests the frontend refuses (an unknown model, max_tokens -5:
+    # no record) and a last completion.
     local ver=1.6.1 dpy dest model
     dpy="$TOOLS_HOME/ai-dynamo-$ver/venv/bin/python"
     [[ -x "$dpy" ]] || dpy=$(tool_venv ai-dynamo "$ver" python3)
@@ -1651,7 +1654,7 @@ ip link set lo up
 export DYN_DISCOVERY_BACKEND=file DYN_FILE_KV="$D/kv" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$DPY" -m dynamo.mocker --model-path "$D/model" --model-name tiny >"$D/mocker.log" 2>&1 &
 mocker=$!
-DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl DYN_REQUEST_TRACE_OUTPUT_PATH="$D/trace.jsonl" \
+DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl DYN_REQUEST_TRACE_OUTPUT_PATH="$TRACE" \
     "$DPY" -m dynamo.frontend --http-host 127.0.0.1 --http-port 8000 >"$D/frontend.log" 2>&1 &
 frontend=$!
 stop() { kill -TERM "$frontend" "$mocker" 2>/dev/null || true; wait "$frontend" "$mocker" || true; }
@@ -1661,13 +1664,51 @@ for _ in $(seq 240); do
     kill -0 "$frontend" "$mocker" || { tail -20 "$D/frontend.log" "$D/mocker.log" >&2; exit 1; }
     sleep 0.5
 done
-"$CLIENT_PY" "$D/load.py" http://127.0.0.1:8000
-kill -TERM "$frontend"; wait "$frontend" || true  # the sink is flushed as the frontend stops
+"$CLIENT_PY" "$LOAD" http://127.0.0.1:8000
+# the frontend drains what is in flight as it stops (a request its client abandoned included),
+# and its sink is flushed then
+kill -TERM "$frontend"; wait "$frontend" || true
 SHEOF
-    D="$WORK/dynamo" DPY="$dpy" CLIENT_PY="$VLLM_PY" unshare -rn bash "$WORK/dynamo/inside.sh"
-    [[ $(wc -l <"$WORK/dynamo/trace.jsonl") -eq 48 ]] || {
-        echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/trace.jsonl") of 48 requests" >&2; exit 1; }
-    cp "$WORK/dynamo/trace.jsonl" "$dest/trace_chat_completions_c124.jsonl"
+    cat >"$WORK/dynamo/abandon.py" <<'PYEOF2'
+import asyncio
+import sys
+
+import openai
+from openai import AsyncOpenAI
+
+
+async def main(url):
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    await client.completions.create(model="tiny", prompt="first", max_tokens=8)
+    # a stream its client closes after 3 chunks, of 2000 tokens asked
+    stream = await client.completions.create(model="tiny", prompt="abandoned " * 10,
+                                             max_tokens=2000, stream=True)
+    chunks = 0
+    async for _ in stream:
+        chunks += 1
+        if chunks == 3:
+            break
+    await stream.close()
+    for model, max_tokens in (("no-such-model", 8), ("tiny", -5)):  # refused by the frontend
+        try:
+            await client.completions.create(model=model, prompt="x", max_tokens=max_tokens)
+        except openai.APIStatusError as error:
+            print(f"refused: {error.status_code}", file=sys.stderr)
+    await client.completions.create(model="tiny", prompt="last", max_tokens=8)
+
+
+asyncio.run(main(sys.argv[1]))
+PYEOF2
+    local run
+    for run in load abandon; do
+        rm -rf "$WORK/dynamo/kv"
+        D="$WORK/dynamo" DPY="$dpy" CLIENT_PY="$VLLM_PY" LOAD="$WORK/dynamo/$run.py" \
+            TRACE="$WORK/dynamo/$run.jsonl" unshare -rn bash "$WORK/dynamo/inside.sh"
+    done
+    [[ $(wc -l <"$WORK/dynamo/load.jsonl") -eq 48 ]] || {
+        echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/load.jsonl") of 48 requests" >&2; exit 1; }
+    cp "$WORK/dynamo/load.jsonl" "$dest/trace_chat_completions_c124.jsonl"
+    cp "$WORK/dynamo/abandon.jsonl" "$dest/trace_abandoned_refused.jsonl"
 }
 
 wait_spans() {

@@ -224,3 +224,22 @@ def test_the_default_sinks_gzip_file_is_refused_naming_gunzip(tmp_path: Path) ->
         read_recording(path)
     (tmp_path / "plain.jsonl").write_bytes(gzip.decompress(path.read_bytes()))
     assert read_recording(tmp_path / "plain.jsonl").num_usable == 48
+
+
+ABANDONED = TRACE.with_name("trace_abandoned_refused.jsonl")
+
+
+def test_an_abandoned_stream_reads_as_finished_and_refused_requests_are_absent() -> None:
+    """The second run: a completion, a stream of 2000 tokens asked whose client closed it after
+    3 chunks, two requests the frontend refused (404, 400) and a last completion. The trace
+    holds three records: the abandoned stream as if it had run to its end (Dynamo 1.6.1 and its
+    mocker generated the 2000 tokens), no record of the refused ones; the note says so."""
+    requests = [d["event"]["request"] for d in lines(ABANDONED)]
+    assert [r["output_tokens"] for r in requests] == [8, 2000, 8]
+    rec = read_recording(ABANDONED)
+    assert rec.num_usable == 3 and rec.counts["num_failed"] == 0
+    long = rec.measured[rec.measured["output_tokens"] == 2000]
+    assert long["e2e_s"].tolist() == [requests[1]["total_time_ms"] / 1000]
+    assert long["e2e_s"].iloc[0] > 10  # 2000 tokens at the mocker's pace, not 3 chunks
+    said = next(n for n in rec.notes if n.startswith("no status"))
+    assert "traced a stream its client closed after 3 chunks as finished" in said
