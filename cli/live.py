@@ -186,8 +186,9 @@ RecordsOpt = Annotated[Path | None, typer.Option(
     "--save-detailed JSON, a GuideLLM JSON/YAML report, an AIPerf profile_export.jsonl, an "
     "inference-perf per_request_lifecycle_metrics.json, an llm-load-test output.json, a "
     "multi-round QA summary.csv (LMCache, production-stack, LMBench), an evalscope perf "
-    "benchmark_data.db or its run (or sweep) directory, a genai-bench experiment folder, or vLLM's llm_request spans as OTLP "
-    "JSON (--otlp-traces-endpoint; docs/recordings.md).")]
+    "benchmark_data.db or its run (or sweep) directory, a genai-bench experiment folder, vLLM's llm_request spans as OTLP "
+    "JSON (--otlp-traces-endpoint), or NVIDIA Dynamo's per-request trace (DYN_REQUEST_TRACE, "
+    "jsonl sink; docs/recordings.md).")]
 RecordsFormatOpt = Annotated[str | None, typer.Option(
     "--records-format", help=f"{', '.join(RECORDING_FORMATS[:-1])} or {RECORDING_FORMATS[-1]} "
     "(detected by default; docs/recordings.md).")]

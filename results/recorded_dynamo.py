@@ -65,8 +65,8 @@ def dynamo_log_refusal(head: bytes) -> str | None:
         return (
             "is an NVIDIA Dynamo log (its workers' or runtime's messages), not each request's "
             "send, first token and end; pass the load tool's result from the same run, or the "
-            "frontend's log, whose 'request completed' lines can hold each request's tokens "
-            "and times (docs/recordings.md)"
+            "frontend's per-request trace (DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl "
+            "DYN_REQUEST_TRACE_OUTPUT_PATH=FILE), which kvbudget reads (docs/recordings.md)"
         )
     return (
         f"is an NVIDIA Dynamo log: its frontend's 'request completed' lines, {done}{where}, "
@@ -75,5 +75,7 @@ def dynamo_log_refusal(head: bytes) -> str | None:
         "does not read logs: write those as the generic records format (arrival_s: the line's "
         "time less elapsed_ms / 1000; prompt_tokens: input_tokens; output_tokens; ttft_s: "
         "ttft_ms / 1000; e2e_s: elapsed_ms / 1000; times the frontend measured, not a client), "
-        "or pass the load tool's result from the same run (docs/recordings.md)"
+        "pass the load tool's result from the same run, or start the frontend with its "
+        "per-request trace (DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl "
+        "DYN_REQUEST_TRACE_OUTPUT_PATH=FILE), which kvbudget reads (docs/recordings.md)"
     )

@@ -176,6 +176,7 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
                    prefix: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
                    prefix_block_tokens: int | None = None,
                    assumed: tuple[str, ...] = (),
+                   line_of: Callable[[int], int] | None = None,
                    ) -> tuple[Workload, dict[str, int], list[str]]:
     """A workload from per-request columns, validated and transformed as a trace file's
     (errors name the row and the file's field); request ids are the 0-based rows.
@@ -187,12 +188,14 @@ def finish_columns(path: Path, fmt: str, *, prompt: FloatArray, output: FloatArr
     ``prefix``: per-row prefix hashes (flat hashes and row offsets, as a trace's ``hash_ids``),
     each naming ``prefix_block_tokens`` prompt tokens. ``assumed``: what the reader took that
     the file does not say, kept with the trace loader's own assumptions in the workload's
-    ``meta`` (what ``trace convert`` says its output holds as if the file had said it)."""
+    ``meta`` (what ``trace convert`` says its output holds as if the file had said it).
+    ``line_of``: the file's line of a row (JSON lines), which its refusals then name."""
     rule = REALISED_OUTPUT if max_output_rule is None else max_output_rule
     raw = RawTrace(path=path, format=fmt, prompt=prompt, output=output, arrival=arrival,
                    max_output=max_output, fields=fields, rows_read=len(prompt), labels={},
                    completion_order=completion_order, prefix=prefix,
-                   prefix_block_tokens=prefix_block_tokens, assumed=list(assumed))
+                   prefix_block_tokens=prefix_block_tokens, assumed=list(assumed),
+                   line_of=line_of)
     loaded = finish(raw, TraceOptions(default_tier=default_tier, max_output=rule),
                     Streams.from_seed(0))
     counts = {"num_rows_read": loaded.report.rows_read}

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 RECORDING_FORMATS: tuple[str, ...] = ("records", "run", "vllm-bench", "guidellm", "aiperf",
                                      "inference-perf", "llm-load-test", "multi-round-qa",
-                                     "llmd-report", "evalscope", "otel", "genai-bench")
+                                     "llmd-report", "evalscope", "otel", "genai-bench",
+                                     "dynamo-trace")
 """Names accepted by :func:`read_recording`'s ``format`` (``--records-format``)."""
 
 MEASUREMENT_COLUMNS: tuple[str, ...] = ("ttft_s", "e2e_s", "status", "stage")

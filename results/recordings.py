@@ -46,6 +46,9 @@ formats below into one :class:`Recording`:
 ``otel``
     vLLM's per-request ``llm_request`` spans (``--otlp-traces-endpoint``) as an OTLP JSON
     trace export, a collector's file exporter's lines (:mod:`kvbudget.results.recorded_otel`).
+``dynamo-trace``
+    NVIDIA Dynamo's per-request trace (``DYN_REQUEST_TRACE``, its ``jsonl`` sink): one
+    ``dynamo.request.trace.v1`` record a line (:mod:`kvbudget.results.recorded_dynamo_trace`).
 ``llmd-report``
     An llm-d-benchmark report: aggregates only, refused with one line naming the load tool's
     file to pass instead (:mod:`kvbudget.results.recorded_llmd`).
@@ -99,6 +102,7 @@ from kvbudget.results.recorded_dirs import (
     tool_dir_refusal,
 )
 from kvbudget.results.recorded_dynamo import dynamo_log_refusal
+from kvbudget.results.recorded_dynamo_trace import is_dynamo_trace, read_dynamo_trace
 from kvbudget.results.recorded_evalscope import holds_evalscope, is_evalscope_db, read_evalscope
 from kvbudget.results.recorded_fields import load_json
 from kvbudget.results.recorded_genai_bench import (
@@ -263,6 +267,8 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "llm-load-test"
     if is_otlp_traces(doc):
         return "otel"
+    if is_dynamo_trace(doc):
+        return "dynamo-trace"
     if is_genai_bench_result(doc) or is_genai_bench_metadata(doc):
         return "genai-bench"
     summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
@@ -624,6 +630,8 @@ def _read_tool_file(
         return read_evalscope(path, default_tier, max_output)
     if fmt == "otel":
         return read_otel(path, default_tier, max_output)
+    if fmt == "dynamo-trace":
+        return read_dynamo_trace(path, default_tier, max_output)
     if fmt == "genai-bench":
         return read_genai_bench(path, default_tier, max_output)
     doc = load_report(path) if path.suffix.lower() in (".yaml", ".yml") else load_json(path)

@@ -39,7 +39,9 @@
 #                                                      # run_only, a harness); locust;
 #                                                      # llama-benchy;
 #                                                      # vllm-otel: the
-#                                                      # server's own spans)
+#                                                      # server's own spans; dynamo: NVIDIA
+#                                                      # Dynamo's frontend's request trace,
+#                                                      # in a network namespace of its own)
 #
 # It starts the CPU vLLM of the live tests (tests/live/livevllm.py's flags: a tiny random Llama
 # made by tests/live/tiny_model.py, served as "tiny" on 127.0.0.1, 10 KV blocks of 128 tokens,
@@ -1571,6 +1573,144 @@ json.dump([{"conversations": [{"from": "human", "value": " ".join(words[i:] + wo
 }
 
 # wait_spans FILE N: until the OTLP receiver has counted N spans (vLLM exports them in batches)
+run_dynamo() {
+    # NVIDIA Dynamo 1.6.1 (PyPI ai-dynamo): its OpenAI-compatible frontend (python -m
+    # dynamo.frontend) in front of its mocker engine (python -m dynamo.mocker: a simulated vLLM
+    # engine, timed by its polynomial model at speedup 1.0, the tiny model's tokenizer), with
+    # the frontend's per-request trace on (DYN_REQUEST_TRACE=1; DYN_REQUEST_TRACE_SINKS=jsonl;
+    # DYN_REQUEST_TRACE_OUTPUT_PATH the file: one dynamo.request.trace.v1 request_end record a
+    # finished request, as the frontend's log says "Request trace initialized ... sinks=["file"]
+    # file_format="jsonl""; the install's dynamo/thunderagent_router/README.md:99-104 names the
+    # variables). Discovery through files (DYN_DISCOVERY_BACKEND=file, DYN_FILE_KV in $WORK): no
+    # etcd or NATS. The mocker's request and event planes bind 0.0.0.0 (hard-coded), so both
+    # run, with their client, in a network namespace of their own (unshare -rn: only its
+    # loopback exists, nothing outside can reach it), the frontend on 127.0.0.1 there; all are
+    # stopped before the namespace ends. The client: the official openai SDK (the CPU vLLM
+    # venv's), 48 requests, 4 each of chat and completions, streamed (with usage) and not, at
+    # 1, 2 and 4 in flight, 8, 12 or 16 output tokens (the mocker needs max_tokens; it stops
+    # there). Kept: the trace (trace_chat_completions_c124.jsonl); and a second frontend's
+    # (trace_abandoned_refused.jsonl) of a completion, a stream of 2000 tokens asked its client
+    # closes after 3 chunks, two requests the frontend refuses (an unknown model, max_tokens -5:
+    # no record) and a last completion.
+    local ver=1.6.1 dpy dest model
+    dpy="$TOOLS_HOME/ai-dynamo-$ver/venv/bin/python"
+    [[ -x "$dpy" ]] || dpy=$(tool_venv ai-dynamo "$ver" python3)
+    dest="$OUT/dynamo-$ver"
+    rm -rf "$dest" && mkdir -p "$dest" "$WORK/dynamo"
+    model="$WORK/dynamo/model"
+    "$VLLM_PY" "$HERE/tests/live/tiny_model.py" "$model" >&2
+    # the frontend renders chat with the model's template and refuses a model without one
+    "$VLLM_PY" - "$model/tokenizer_config.json" <<'PYEOF2'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["chat_template"] = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                           "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+json.dump(config, open(sys.argv[1], "w"), indent=1)
+PYEOF2
+    cat >"$WORK/dynamo/load.py" <<'PYEOF2'
+import asyncio
+import sys
+
+from openai import AsyncOpenAI
+
+
+async def one(client, kind, stream, i):
+    prompt = f"request {i} " + "word " * (8 + i % 5)
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    if kind == "chat":
+        response = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": prompt}],
+            max_tokens=8 + i % 3 * 4, stream=stream, **extra)
+    else:
+        response = await client.completions.create(
+            model="tiny", prompt=prompt, max_tokens=8 + i % 3 * 4, stream=stream, **extra)
+    if stream:
+        async for _ in response:
+            pass
+
+
+async def main(url):
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    n = 0
+    for in_flight in (1, 2, 4):
+        for kind in ("chat", "completions"):
+            for stream in (True, False):
+                gate = asyncio.Semaphore(in_flight)
+
+                async def run(i):
+                    async with gate:
+                        await one(client, kind, stream, i)
+
+                await asyncio.gather(*(run(n + j) for j in range(4)))
+                n += 4
+    print(f"sent {n} requests", file=sys.stderr)
+
+
+asyncio.run(main(sys.argv[1]))
+PYEOF2
+    cat >"$WORK/dynamo/inside.sh" <<'SHEOF'
+set -euo pipefail
+ip link set lo up
+export DYN_DISCOVERY_BACKEND=file DYN_FILE_KV="$D/kv" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+"$DPY" -m dynamo.mocker --model-path "$D/model" --model-name tiny >"$D/mocker.log" 2>&1 &
+mocker=$!
+DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl DYN_REQUEST_TRACE_OUTPUT_PATH="$TRACE" \
+    "$DPY" -m dynamo.frontend --http-host 127.0.0.1 --http-port 8000 >"$D/frontend.log" 2>&1 &
+frontend=$!
+stop() { kill -TERM "$frontend" "$mocker" 2>/dev/null || true; wait "$frontend" "$mocker" || true; }
+trap stop EXIT
+for _ in $(seq 240); do
+    curl -sf http://127.0.0.1:8000/v1/models | grep -q '"tiny"' && break
+    kill -0 "$frontend" "$mocker" || { tail -20 "$D/frontend.log" "$D/mocker.log" >&2; exit 1; }
+    sleep 0.5
+done
+"$CLIENT_PY" "$LOAD" http://127.0.0.1:8000
+# the frontend drains what is in flight as it stops (a request its client abandoned included),
+# and its sink is flushed then
+kill -TERM "$frontend"; wait "$frontend" || true
+SHEOF
+    cat >"$WORK/dynamo/abandon.py" <<'PYEOF2'
+import asyncio
+import sys
+
+import openai
+from openai import AsyncOpenAI
+
+
+async def main(url):
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    await client.completions.create(model="tiny", prompt="first", max_tokens=8)
+    # a stream its client closes after 3 chunks, of 2000 tokens asked
+    stream = await client.completions.create(model="tiny", prompt="abandoned " * 10,
+                                             max_tokens=2000, stream=True)
+    chunks = 0
+    async for _ in stream:
+        chunks += 1
+        if chunks == 3:
+            break
+    await stream.close()
+    for model, max_tokens in (("no-such-model", 8), ("tiny", -5)):  # refused by the frontend
+        try:
+            await client.completions.create(model=model, prompt="x", max_tokens=max_tokens)
+        except openai.APIStatusError as error:
+            print(f"refused: {error.status_code}", file=sys.stderr)
+    await client.completions.create(model="tiny", prompt="last", max_tokens=8)
+
+
+asyncio.run(main(sys.argv[1]))
+PYEOF2
+    local run
+    for run in load abandon; do
+        rm -rf "$WORK/dynamo/kv"
+        D="$WORK/dynamo" DPY="$dpy" CLIENT_PY="$VLLM_PY" LOAD="$WORK/dynamo/$run.py" \
+            TRACE="$WORK/dynamo/$run.jsonl" unshare -rn bash "$WORK/dynamo/inside.sh"
+    done
+    [[ $(wc -l <"$WORK/dynamo/load.jsonl") -eq 48 ]] || {
+        echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/load.jsonl") of 48 requests" >&2; exit 1; }
+    cp "$WORK/dynamo/load.jsonl" "$dest/trace_chat_completions_c124.jsonl"
+    cp "$WORK/dynamo/abandon.jsonl" "$dest/trace_abandoned_refused.jsonl"
+}
+
 wait_spans() {
     for _ in $(seq 240); do
         [[ $(cat "$1.count" 2>/dev/null || echo 0) -ge $2 ]] && return
@@ -1643,10 +1783,10 @@ TOOLS=("$@")
                                     inference-perf-unstreamed
                                     evalscope evalscope-options genai-bench
                                     genai-bench-options sglang vllm-benchmark locust llama-benchy
-                                    vllm-otel)
+                                    vllm-otel dynamo)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
-    [[ -n "$SERVER_PID" || "$tool" == vllm-otel ]] || start_server
+    [[ -n "$SERVER_PID" || "$tool" == vllm-otel || "$tool" == dynamo ]] || start_server
     case "$tool" in
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
@@ -1693,6 +1833,7 @@ for tool in "${TOOLS[@]}"; do
     locust) run_locust ;;
     llama-benchy) run_llama_benchy ;;
     vllm-otel) run_vllm_otel ;;
+    dynamo) run_dynamo ;;
     *) echo "make_recording_fixtures: unknown tool $tool" >&2; exit 2 ;;
     esac
 done

@@ -99,6 +99,7 @@ def _units() -> list[Path]:
         *REC.glob("inference-perf-*/**/per_request_lifecycle_metrics.json"),
         *(p.parent for p in REC.glob("evalscope-*/**/benchmark_data.db")),
         *(p.parent for p in REC.glob("genai-bench-*/*/experiment_metadata.json")),
+        *REC.glob("dynamo-*/*.jsonl"),
         *(REC / "published" / name for name in PUBLISHED),
         FIXTURES / "runs" / "kvbudget-replay-vllm-0.32.0-dp2",
     ]

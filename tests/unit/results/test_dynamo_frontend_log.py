@@ -75,11 +75,14 @@ def test_a_deployments_log_names_its_frontends_requests_not_a_vllm_log(tmp_path:
     assert "arrival_s: the line's time less elapsed_ms / 1000" in said
     assert "ttft_s: ttft_ms / 1000" in said and "vLLM server log" not in said
     assert "in its first 64 KiB" not in said  # the whole file was looked at
+    # the trace Dynamo's frontend can write instead, which kvbudget reads
+    assert "or start the frontend with its per-request trace (DYN_REQUEST_TRACE=1" in said
 
 
 def test_a_workers_log_alone_is_named_too_and_vllms_stays_vllms() -> None:
     said = dynamo_log_refusal(f"{WORKER}\n{WORKER}\n".encode())
     assert said is not None and "NVIDIA Dynamo log (its workers' or runtime's messages)" in said
+    assert "or the frontend's per-request trace (DYN_REQUEST_TRACE=1" in said
     assert dynamo_log_refusal(f"{VLLM}\n".encode()) is None
     assert dynamo_log_refusal(b'{"dynamo_llm::x": 1}') is None
     long = ("\n".join([FRONTEND] * 200) + "\n").encode()

@@ -1,0 +1,92 @@
+"""``kvbudget validate --records`` and ``calibrate --records`` of NVIDIA Dynamo's per-request
+trace (``tests/fixtures/recordings/dynamo-1.6.1/``, ``scripts/make_recording_fixtures.sh
+dynamo``): the measured figures they print and write are the file's own, computed here from its
+lines (``request_received_ms``, ``ttft_ms``, ``total_time_ms``, ``output_tokens``)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+TRACE = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "recordings"
+    / "dynamo-1.6.1"
+    / "trace_chat_completions_c124.jsonl"
+)
+MODEL = ("--model", "Llama-3.1-8B", "--gpu", "H100-80GB")
+
+
+def run(*args: Any) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def requests() -> list[dict[str, Any]]:
+    return [json.loads(line)["event"]["request"] for line in TRACE.read_text().splitlines()]
+
+
+def by_hand() -> dict[str, float]:
+    rs = requests()
+    start_s = min(r["request_received_ms"] for r in rs) / 1000
+    end_s = max(r["request_received_ms"] / 1000 + r["total_time_ms"] / 1000 for r in rs)
+    return {
+        "ttft_mean_s": statistics.mean(r["ttft_ms"] for r in rs) / 1000,
+        "ttft_p50_s": statistics.median(r["ttft_ms"] for r in rs) / 1000,
+        "e2e_mean_s": statistics.mean(r["total_time_ms"] for r in rs) / 1000,
+        "e2e_p50_s": statistics.median(r["total_time_ms"] for r in rs) / 1000,
+        "tpot_mean_s": statistics.mean(
+            (r["total_time_ms"] - r["ttft_ms"]) / (r["output_tokens"] - 1) for r in rs
+        )
+        / 1000,
+        # completed output tokens over first arrival to last finish
+        "output_tokens_per_s": sum(r["output_tokens"] for r in rs) / (end_s - start_s),
+        "completed": len(rs),
+    }
+
+
+def test_validate_compares_against_the_traces_own_figures(tmp_path: Path) -> None:
+    code, stdout, stderr = run("validate", "--records", TRACE, *MODEL, "--out", tmp_path / "v")
+    assert code == 0, stderr
+    said = " ".join((stdout + stderr).split())
+    assert "(NVIDIA Dynamo request trace): 48 requests simulated, 48 measured" in said, said
+    assert "note: holds, per request, the frontend's arrival (request_received_ms)" in said
+    measured = {
+        m["metric"]: m["measured"]
+        for m in json.loads((tmp_path / "v" / "validation.json").read_text())["metrics"]
+    }
+    hand = by_hand()
+    for metric, value in hand.items():
+        assert measured[metric] == pytest.approx(value, rel=1e-6), metric
+    # the printed table: the measured column, rounded to 3 significant figures
+    row = next(ln.split() for ln in stdout.splitlines() if ln.startswith("ttft_mean_s"))
+    assert float(row[2]) == pytest.approx(hand["ttft_mean_s"], rel=5e-3)
+
+
+def test_calibrate_fits_to_the_trace_and_bounds_its_front_end_by_its_shortest_ttft(
+    tmp_path: Path,
+) -> None:
+    """The fitted front-end term is bounded by the shortest measured TTFT (a TTFT is the term
+    plus at least one engine step): the file's smallest ttft_ms."""
+    out = tmp_path / "cost.json"
+    code, stdout, stderr = run(
+        "calibrate", "--records", TRACE, *MODEL, "--max-evals", "4", "--out", out
+    )
+    assert code == 0, stderr
+    cal = json.loads(out.read_text())["calibration"]
+    assert cal["counts"]["num_measured"] == 48 and cal["counts"]["num_failed"] == 0
+    assert cal["records_format"] == "dynamo-trace"
+    shortest_s = min(r["ttft_ms"] for r in requests()) / 1000
+    assert cal["first_token"]["fixed_part_bounds_s"] == pytest.approx([0.0, shortest_s])
+    said = " ".join(stdout.split())
+    assert "48 requests simulated, 48 measured" in said, said
+    row = next(ln.split() for ln in stdout.splitlines() if ln.startswith("e2e_p50_s"))
+    assert float(row[-2]) == pytest.approx(by_hand()["e2e_p50_s"], rel=5e-3)

@@ -1,0 +1,245 @@
+"""NVIDIA Dynamo's per-request trace (``tests/fixtures/recordings/dynamo-1.6.1/``, made by
+``scripts/make_recording_fixtures.sh dynamo``: Dynamo 1.6.1's frontend in front of its mocker,
+``DYN_REQUEST_TRACE=1`` with the ``jsonl`` sink, 48 requests from the openai SDK: chat and
+completions, streamed and not, 1, 2 and 4 in flight, 8, 12 or 16 output tokens). Read to the
+figures of the file's own lines, computed here; what cannot be used refused in one line naming
+the file and line. The hand-made cases change a copy of the real file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvbudget.results.recordings import RecordedStage, detect_recording_format, read_recording
+from kvbudget.workloads.errors import TraceError
+
+TRACE = (
+    Path(__file__).resolve().parents[2]
+    / "fixtures"
+    / "recordings"
+    / "dynamo-1.6.1"
+    / "trace_chat_completions_c124.jsonl"
+)
+
+
+def lines(path: Path = TRACE) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_lines(path: Path, docs: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def test_the_trace_reads_to_its_own_lines() -> None:
+    docs = lines()
+    requests = [d["event"]["request"] for d in docs]
+    assert len(requests) == 48
+    assert detect_recording_format(TRACE) == "dynamo-trace"
+    rec = read_recording(TRACE)
+    assert rec.format == "dynamo-trace" and rec.tool == "NVIDIA Dynamo request trace"
+    assert rec.stages == (RecordedStage("", "unknown"),)
+    assert rec.num_usable == 48 and rec.counts["num_failed"] == 0
+    t0 = min(r["request_received_ms"] for r in requests)
+    expected = sorted(
+        (
+            (r["request_received_ms"] - t0) / 1000,
+            r["input_tokens"],
+            r["output_tokens"],
+            r["ttft_ms"] / 1000,
+            r["total_time_ms"] / 1000,
+            r["avg_itl_ms"] / 1000,
+        )
+        for r in requests
+    )
+    m = rec.measured
+    got = sorted(
+        zip(
+            m["arrival_s"],
+            m["prompt_tokens"],
+            m["output_tokens"],
+            m["ttft_s"],
+            m["e2e_s"],
+            m["itl_mean_s"],
+            strict=True,
+        )
+    )
+    assert np.allclose(
+        np.array(got, dtype=float), np.array(expected, dtype=float), rtol=1e-12, atol=0
+    )
+    assert m["arrival_s"].is_monotonic_increasing
+    # the client asked 8, 12 or 16 tokens and the mocker stopped there: no max_tokens kept
+    assert sorted(set(m["output_tokens"])) == [8, 12, 16]
+    assert rec.workload.max_output_tokens.tolist() == rec.workload.output_tokens.tolist()
+    assert any(n.startswith("max_tokens: its realised output length") for n in rec.notes)
+    said = [n for n in rec.notes if n.startswith("holds, per request")]
+    assert len(said) == 1 and "lacks max_tokens, a status, streaming" in said[0]
+    assert "model" not in rec.config  # 1.6.1's records did not name it
+
+
+def test_the_frontends_end_is_its_arrival_plus_its_total_time() -> None:
+    """What the reader takes as the arrival (request_received_ms) is the frontend's own clock:
+    its record's time is that plus total_time_ms, rounded (record.rs at 0366e63a,
+    event_time_unix_ms_from_request), in every line of the file."""
+    for d in lines():
+        r = d["event"]["request"]
+        assert d["event"]["event_time_unix_ms"] == r["request_received_ms"] + round(
+            r["total_time_ms"]
+        )
+
+
+def test_the_fields_are_the_request_trackers_as_the_reader_says() -> None:
+    """The docstring's reading of the fields (timing.rs's RequestTracker): the mean ITL is
+    (end - first token) / (output_tokens - 1), and the TTFT is the wait before prefill plus
+    the prefill, in every line of the 1.6.1 file."""
+    for d in lines():
+        r = d["event"]["request"]
+        itl = (r["total_time_ms"] - r["ttft_ms"]) / (r["output_tokens"] - 1)
+        assert r["avg_itl_ms"] == pytest.approx(itl, rel=1e-12)
+        assert r["prefill_wait_time_ms"] + r["prefill_time_ms"] == pytest.approx(r["ttft_ms"])
+
+
+def test_other_records_are_skipped_and_said(tmp_path: Path) -> None:
+    docs = lines()
+    tool = {
+        "timestamp": 1,
+        "event": {
+            "schema": "dynamo.request.trace.v1",
+            "event_type": "tool_end",
+            "event_time_unix_ms": 1,
+            "tool": {"tool_call_id": "t", "tool_class": "x"},
+        },
+    }
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", [tool, *docs, tool]))
+    assert len(rec.measured) == 48
+    assert "2 other records skipped (tool_end 2)" in rec.notes
+
+
+def test_a_record_without_input_tokens_takes_the_replay_length(tmp_path: Path) -> None:
+    """record.rs's emit_request_end writes output_tokens and replay only: the prompt is
+    replay.input_length, said."""
+    docs = lines()
+    del docs[0]["event"]["request"]["input_tokens"]
+    docs[0]["event"]["request"]["replay"]["input_length"] = 99
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert 99 in rec.measured["prompt_tokens"].tolist()
+    assert "1 request without input_tokens: the prompt is replay.input_length" in rec.notes
+
+
+def test_a_record_without_its_times_is_counted_failed(tmp_path: Path) -> None:
+    docs = lines()
+    del docs[3]["event"]["request"]["ttft_ms"]
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert rec.counts["num_failed"] == 1 and rec.num_usable == 47
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (
+            lambda r: r.update(total_time_ms=1.0),
+            "line 5: field 'event.request.total_time_ms': the request ends (1 ms) before its first",
+        ),
+        (
+            lambda r: r.update(output_tokens=-1),
+            "line 5: field 'event.request.output_tokens': must be a whole number >= 0, got -1",
+        ),
+        (
+            lambda r: r.update(ttft_ms="x"),
+            "line 5: field 'event.request.ttft_ms': must be a finite number >= 0, got 'x'",
+        ),
+        (
+            lambda r: r.pop("request_received_ms"),
+            "line 5: field 'event.request.request_received_ms': a request_end record without",
+        ),
+        (
+            lambda r: r.update(ttft_ms=1e12),
+            "line 5: field 'event.request.ttft_ms': implausible time",
+        ),
+        (
+            lambda r: r.update(request_received_ms=1e15),  # the loader's refusal: the line named
+            "line 5: field 'event.request.request_received_ms': the trace spans 9.98e+11 s",
+        ),
+    ],
+)
+def test_damaged_records_are_refused_naming_the_line(
+    tmp_path: Path, change: Any, said: str
+) -> None:
+    docs = lines()
+    change(docs[4]["event"]["request"])
+    path = write_lines(tmp_path / "t.jsonl", docs)
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    text = str(err.value)
+    assert "\n" not in text and str(path) in text
+    assert said in text, text
+
+
+def test_a_line_of_another_kind_is_refused(tmp_path: Path) -> None:
+    docs = lines()
+    docs[2] = {"timestamp": 3, "event": {"schema": "other"}}
+    path = write_lines(tmp_path / "t.jsonl", docs)
+    with pytest.raises(TraceError, match=r"line 3: not a record of Dynamo's request trace"):
+        read_recording(path)
+
+
+def test_a_trace_of_tool_events_only_is_refused(tmp_path: Path) -> None:
+    tool = {
+        "schema": "dynamo.request.trace.v1",
+        "event_type": "tool_start",
+        "event_time_unix_ms": 1,
+    }
+    path = write_lines(tmp_path / "t.jsonl", [tool])  # a record as other sinks write it
+    with pytest.raises(
+        TraceError,
+        match=r"holds no request_end record \(records here: "
+        r"tool_start 1\)",
+    ):
+        read_recording(path)
+
+
+def test_requests_of_several_models_are_refused(tmp_path: Path) -> None:
+    docs = lines()
+    docs[0]["event"]["request"]["model"] = "a"
+    docs[1]["event"]["request"]["model"] = "b"
+    with pytest.raises(TraceError, match=r"holds requests of 2 models \(a, b\)"):
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    docs[1]["event"]["request"]["model"] = "a"
+    assert read_recording(write_lines(tmp_path / "t.jsonl", docs)).config["model"] == "a"
+    assert not math.isnan(docs[0]["event"]["request"]["ttft_ms"])
+
+
+def test_the_default_sinks_gzip_file_is_refused_naming_gunzip(tmp_path: Path) -> None:
+    """DYN_REQUEST_TRACE=1 alone writes the jsonl_gz sink (1.6.1 wrote
+    dynamo-request-trace.000000.jsonl.gz here): refused in one line that says to gunzip it."""
+    path = tmp_path / "dynamo-request-trace.000000.jsonl.gz"
+    path.write_bytes(gzip.compress(TRACE.read_bytes()))
+    with pytest.raises(TraceError, match=r"is gzip-compressed: decompress it first \(gunzip -k"):
+        read_recording(path)
+    (tmp_path / "plain.jsonl").write_bytes(gzip.decompress(path.read_bytes()))
+    assert read_recording(tmp_path / "plain.jsonl").num_usable == 48
+
+
+ABANDONED = TRACE.with_name("trace_abandoned_refused.jsonl")
+
+
+def test_an_abandoned_stream_reads_as_finished_and_refused_requests_are_absent() -> None:
+    """The second run: a completion, a stream of 2000 tokens asked whose client closed it after
+    3 chunks, two requests the frontend refused (404, 400) and a last completion. The trace
+    holds three records: the abandoned stream as if it had run to its end (Dynamo 1.6.1 and its
+    mocker generated the 2000 tokens), no record of the refused ones; the note says so."""
+    requests = [d["event"]["request"] for d in lines(ABANDONED)]
+    assert [r["output_tokens"] for r in requests] == [8, 2000, 8]
+    rec = read_recording(ABANDONED)
+    assert rec.num_usable == 3 and rec.counts["num_failed"] == 0
+    long = rec.measured[rec.measured["output_tokens"] == 2000]
+    assert long["e2e_s"].tolist() == [requests[1]["total_time_ms"] / 1000]
+    assert long["e2e_s"].iloc[0] > 10  # 2000 tokens at the mocker's pace, not 3 chunks
+    said = next(n for n in rec.notes if n.startswith("no status"))
+    assert "traced a stream its client closed after 3 chunks as finished" in said
