@@ -223,7 +223,7 @@ def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
     code, _, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
                           "-r", "2", "-j", "1")
     assert code == 0, stderr
-    (said,) = study_setting(load_scenario(scenario))
+    said, _mix = study_setting(load_scenario(scenario))
     assert len(said) > WIDTH  # the line this test is about
     lines = stderr.splitlines()
     rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:]))
