@@ -1,7 +1,8 @@
 """Every study's first screen says what it assumed, as ``simulate``'s does (round 78): the
 studies named the model and GPU alone, ``simulate`` with no workload file said "workload
-default: 1,617 requests" and none of the mix it drew them from. Each test names what the screen
-said before."""
+default: 1,617 requests" and none of the mix it drew them from, and the studies' tables said
+neither which requests their p99s are over nor where TTFT starts. Each test names what the
+screen said before."""
 
 from __future__ import annotations
 
@@ -100,3 +101,30 @@ def test_a_study_that_varies_the_deployment_says_what_holds_on_every_one(tmp_pat
         "max_num_batched_tokens), engine vllm (vLLM 0.32.0's defaults for unset knobs, "
         "max_model_len 131,072, chunked prefill on, "), first
     assert "KV capacity" not in first.split("; workload")[0].split("), engine")[1]
+
+
+def test_the_studies_tables_say_what_their_p99s_are_over(tmp_path: Path) -> None:
+    """``sweep``'s, ``compare -r``'s and ``plan``'s tables gave 'inter. ttft p99' as a mean over
+    the replications with no word of which requests each run's p99 is over nor that TTFT starts
+    at the gateway, its queue wait included (vLLM's own TTFT starts at the engine), which
+    ``simulate``'s note says; ``capacity`` said 'the largest offered rate' without the window
+    it is over nor that it is a mean over the replications (the first line's rate is the
+    scenario seed's draw, which no replication runs)."""
+    over = ("over the completed requests (refused and expired ones have none), TTFT from arrival "
+            "at the gateway, its wait included")
+    runs = {
+        "sweep": ["sweep", "-r", "1", "-j", "1", "--no-plot", "--out", tmp_path / "s"],
+        "compare": ["compare", "--policies", "unlimited,conservative", "-r", "2", "-j", "1"],
+        "plan": ["plan", "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
+                 "--out", tmp_path / "p"],
+    }
+    for name, args in runs.items():
+        code, stdout, stderr = run(*args, *SMALL)
+        assert code == 0, stderr
+        assert f"each run's, {over}" in " ".join(stdout.split()), (name, stdout)
+    code, stdout, stderr = run("capacity", *SMALL, "-r", "1", "--rel-tol", "0.5", "-j", "1",
+                               "--no-plot", "--out", tmp_path / "c")
+    assert code == 0, stderr
+    assert ("capacity req/s: the largest offered rate found to meet the criteria (the mean over "
+            "the replications of each run's requests over its arrival window, first to last "
+            "arrival;") in " ".join(stdout.split()), stdout
