@@ -525,8 +525,9 @@ def generator_said(spec: SyntheticWorkloadSpec) -> dict[str, Any]:
     ``[workload]``): ``arrival`` (``poisson(rate_rps 5.5) for 300 s``) and per tier its share
     and ``prompt`` / ``output`` distributions (``lognormal(mean 1,500, sigma 0.8, max_tokens
     16,384)``; ``pairs``: the pairs'), for :func:`kvbudget.workloads.mix.mix_of`."""
-    span = (f" for {spec.duration_s:g} s" if spec.duration_s is not None else "") + (
-        f", {spec.num_requests:,} requests" if spec.num_requests is not None else "")
+    d, n = spec.duration_s, spec.num_requests
+    span = (f" for {d:g} s or {n:,} requests, whichever ends first" if d is not None
+            and n is not None else f" for {d:g} s" if d is not None else f", {n:,} requests")
     return {"arrival": _said(spec.arrival) + span,
             "tiers": {t.name: {"share": t.share, **{
                 k: _said(d) for k, d in (("prompt", t.prompt), ("output", t.output),

@@ -83,8 +83,9 @@ def test_simulate_says_the_default_workloads_mix() -> None:
                                "--set", 'workload.arrival={kind="gamma",rate_rps=2.0,cv=3.0}')
     assert code == 0, stderr
     mix = lines(stdout)[1]
+    # (both a duration and a count: the arrivals stop at whichever ends first)
     assert mix.startswith("workload default: synthetic, seed 3: arrival gamma(rate_rps 2, cv 3) "
-                          "for 300 s, 40 requests; interactive "), mix
+                          "for 300 s or 40 requests, whichever ends first; interactive "), mix
 
 
 def test_a_study_that_varies_the_deployment_says_what_holds_on_every_one(tmp_path: Path) -> None:
