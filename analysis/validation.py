@@ -226,7 +226,8 @@ def validate_runs(
     by their gaps: ``whole_answer_by_gaps``): their measured TTFT and TPOT are the client's
     read, so both summaries' TTFT and TPOT figures and the per-request MAPEs take the other
     requests only (:func:`client_reads_left_out`), E2E and throughput every one, and the
-    validation's ``said`` says so. With ``itl_gaps`` (the token-gaps tables of the completed
+    validation's ``said`` says so, as it says p99s over so few requests that they are about
+    the maximum (:func:`few_requests_said`). With ``itl_gaps`` (the token-gaps tables of the completed
     requests not in ``whole_answer``, simulated and measured), so do the ITL rows
     (:func:`itl_of_others`); without it they pool every completed request's gaps, said too.
     None of them (or None): the comparison of every request."""
@@ -251,6 +252,10 @@ def validate_runs(
         said = (live_whole_answer_said(int(burst.sum()), num_completed,
                                        by_gaps=whole_answer_by_gaps, with_itl=with_itl,
                                        itl_of_others=with_itl and itl_gaps is not None),)
+    # the p99s over few requests, as validate --records says it (the requests read whole left
+    # out of TTFT and TPOT above, as the figures are)
+    few = few_requests_said(live_records)
+    said += (few,) if few else ()
     return Validation(metrics, per_request_errors(adjusted, live_records), frontend_overhead_s,
                       said), adjusted
 

@@ -27,7 +27,7 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import plus_minus, render, short_metric
+from kvbudget.cli.tables import QUANTILES_OVER, plus_minus, render, short_metric
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.results.said import fill
 from kvbudget.studies.executors import make_executor
@@ -329,7 +329,8 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
                       "SLO is checked on" for m, side in bounds)
             + "; att = SLO attainment" + (" (all: every tier's requests)" if any(
                 m.startswith("overall_") for m in [*metrics, *(b for b, _ in bounds)]) else "")
-            + ", ttft/tpot = p99 seconds, mean ± half the interval; 'no' rows: the largest replica "
+            + f", ttft/tpot = p99 seconds (each run's, {QUANTILES_OVER}), mean ± half the "
+            "interval; 'no' rows: the largest replica "
             "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
             "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))

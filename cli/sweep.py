@@ -33,7 +33,7 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import render, short_metric
+from kvbudget.cli.tables import QUANTILES_OVER, render, short_metric
 from kvbudget.results.said import WIDTH, figure, fill
 from kvbudget.studies.capacity import (
     BURST,
@@ -260,7 +260,8 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
                              WIDTH, subsequent_indent="  "))
 
 
-SWEEP_SAID = ("(means over the replications; times in seconds; out tok/s (sustained_output_"
+SWEEP_SAID = ("(means over the replications; times in seconds; ttft and tpot quantiles: each "
+              f"run's, {QUANTILES_OVER}; out tok/s (sustained_output_"
               "tokens_per_s): over the run, first arrival to last finish; offered req/s "
               "(offered_rate_rps): requests over the arrival window, first to last arrival; "
               "points.csv: intervals)")
@@ -595,7 +596,9 @@ def _print_capacities(result: "CapacityResult", spec: CapacitySpec, *,
           *[at_cap(c.policy, c.scale, m) for m in slo_cols], c.note]
          for c in result.capacities],
     ))
-    typer.echo(fill("capacity req/s: the largest offered rate found to meet the criteria (per "
+    typer.echo(fill("capacity req/s: the largest offered rate found to meet the criteria (the "
+                    "mean over the replications of each run's requests over its arrival window, "
+                    "first to last arrival; per "
                     "GPU: over the deployment's GPUs, replicas x tensor-parallel degree); bracket "
                     "high: the smallest rate found to miss them; attain. at cap: the mean "
                     f"{spec.metric} at the capacity"))

@@ -234,6 +234,13 @@ def _refused_line(summaries: Sequence[dict[str, Any]]) -> str:
     return "refused: " + "; ".join(parts) if parts else ""
 
 
+QUANTILES_OVER = ("over the completed requests (refused and expired ones have none), TTFT from "
+                  "arrival at the gateway, its wait included")
+"""Which requests a run's latency quantiles are over and where its TTFT starts: the runs'
+tables (:func:`units_note`) and the studies' (``sweep``, ``compare -r``, ``plan``), whose
+figures are means of the runs' own, say it in these words."""
+
+
 def units_note(wide: bool, window: Any) -> str:
     """The note under the runs' tables (without its closing parenthesis): units, the requests
     each figure is over, the spans of the rates; ``wide`` explains the --wide columns."""
@@ -246,8 +253,7 @@ def units_note(wide: bool, window: Any) -> str:
           "timeline's samples, and KV capacity in tokens; res. eff.: KV used over KV reserved"
           + ("; wall s: the wall-clock time the run itself took to compute or replay" if wide
              else "; preempt, revoke: the engine's preemptions, the gateway's revocations"))
-    note = (f"(times in seconds; {quantiles}: over the completed requests (refused and "
-            "expired ones have none), TTFT from arrival at the gateway, its wait included; "
+    note = (f"(times in seconds; {quantiles}: {QUANTILES_OVER}; "
             "KV used/reserved are time-weighted fractions of capacity over the same span as "
             f"out tok/s; {kv}; {refused}; expired: "
             "waited past the tier's queue timeout; out tok/s: output tokens of the completed "
@@ -382,8 +388,8 @@ def render_comparison(comparison: Any, wide: bool = False) -> str:
         "of every policy sees the same requests); paired t test of each policy against "
         f"{base}; 'within noise': the difference's interval holds 0.",
         "policy parameters: " + params,
-        "times (ttft, tpot, itl, e2e, drain) in seconds; out tok/s: output tokens over the "
-        "time the work took, first arrival to last finish; other rates (tok/s arr. win, "
+        "times (ttft, tpot, itl, e2e, drain) in seconds; ttft, tpot and e2e quantiles: each "
+        f"run's, {QUANTILES_OVER}; out tok/s: output tokens over the time the work took, first arrival to last finish; other rates (tok/s arr. win, "
         "goodput/s) over the offered window, first to last arrival; drain_s is the time after "
         "the last arrival.",
     ]

@@ -12,11 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
+from kvbudget.results.vllm_releases import SIMULATED_VLLM
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
-           "cost_said", "figure", "fill", "frontend_said", "setting_lines"]
+           "cost_said", "figure", "fill", "frontend_said", "mix_said", "served_said",
+           "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -160,6 +162,9 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
     said = []
     if knobs.get("max_model_len") is not None:
         said.append(f"max_model_len {int(knobs['max_model_len']):,}")
+    chunked = knobs.get("enable_chunked_prefill")
+    if chunked is not None:
+        said.append(f"chunked prefill {'on' if chunked else 'off'}")
     caching = knobs.get("enable_prefix_caching")
     if caching is not None:
         shared = bool((s.get("engine") or {}).get("prefix_caching"))
@@ -182,7 +187,8 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     fixed fleet's: a disaggregated deployment's decode pool, an autoscaled fleet at its most;
     one set by ``engine.num_gpu_blocks`` (``engine_knobs`` has it then: not what the GPU
     holds);
-    and the gateway's token budget where one was given (``gateway_capacity_tokens``)."""
+    and the gateway's token budget: the one given (``gateway_capacity_tokens``), else that
+    capacity (one gateway's over it all: not a fleet's per replica nor an autoscaled one's)."""
     knobs = s.get("engine_knobs") or {}
     budget, blocks = s.get("gateway_capacity_tokens"), knobs.get("num_gpu_blocks")
     given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
@@ -192,9 +198,15 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
                  "memory" + ("" if unused is None else
                              f"; engine.gpu_memory_utilization {float(unused):g}, also given, "
                              "unused") + ")" + given)
+    fleet = (s.get("engine") or {}).get("fleet") or {}
+    auto = fleet.get("autoscale")
+    # none given: the capacity said is the gateway's budget, but a fleet's per replica or one
+    # that follows an autoscaler's replicas
+    if (budget is None and s.get("kv_capacity_tokens") is not None and not isinstance(auto, dict)
+            and fleet.get("budget", "global") == "global"):
+        given += ", the gateway's budget"
     if where.startswith("disaggregated"):
         return " (the decode pool's)" + given
-    auto = ((s.get("engine") or {}).get("fleet") or {}).get("autoscale")
     return (f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else "") + given
 
 
@@ -296,6 +308,73 @@ def fill(text: str) -> str:
                          break_long_words=False)
 
 
+def served_said(s: Mapping[str, Any], model: str | None = None, where: str | None = None
+                ) -> str:
+    """``MODEL on WHERE, engine E (whose defaults, its knobs), KV capacity N tokens (B
+    blocks)``: what served a run, from its summary (or a study's planned one,
+    :func:`kvbudget.simulator.planned.planned_summary`), as ``simulate``'s ``simulated:`` line
+    and the studies' first line both say it. ``model``, ``where``: said in place of the
+    summary's (a study that varies them)."""
+    cost = s.get("cost_model") or {}
+    tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)
+    engine = (s.get("engine") or {}).get("engine", "")
+    kv = s.get("kv_capacity_tokens")
+    defaulted = s.get("defaulted") or ()
+    if model is None:
+        model = as_given(s.get("model"), cost.get("model"), "model" in defaulted)
+    gpu = as_given(s.get("gpu"), cost.get("gpu"), "gpu" in defaulted)
+    if where is None:
+        where, knobs = _deployment(s, gpu, tp)
+    else:
+        knobs = s.get("engine_knobs") or {}
+    blocks, size = s.get("num_gpu_blocks"), s.get("block_size")
+    # one engine's blocks (a fleet's or pools' capacity is more than one cache's), where the
+    # line does not say them as given (_capacity_whose)
+    figures = s.get("engine") or {}
+    one = figures.get("fleet") is None and figures.get("disaggregation") is None
+    of_blocks = (f" ({int(blocks):,} blocks)" if one and isinstance(blocks, int)
+                 and isinstance(size, int) and kv is not None and blocks * size == int(kv)
+                 and knobs.get("num_gpu_blocks") is None else "")
+    return (f"{model} on {where}, engine {engine} ({_defaults(s.get('engine_defaults'))} "
+            f"for unset knobs{_caps(knobs)}{_assumed_knobs(s, knobs)})"
+            + (f", KV capacity {int(kv):,} tokens{of_blocks}" if kv is not None else "")
+            + _capacity_whose(s, where))
+
+
+def _defaults(name: Any) -> str:
+    """Whose defaults filled the knobs left unset: ``vllm``'s are vLLM's release
+    :data:`~kvbudget.results.vllm_releases.SIMULATED_VLLM` (``perf/vllm_defaults.py``)."""
+    return f"vLLM {SIMULATED_VLLM}'s defaults" if name == "vllm" else f"{name}'s defaults"
+
+
+def mix_said(name: Any, mix: Mapping[str, Any], seed: Any = None) -> str:
+    """``workload W: FROM; TIER N (S%): prompt ..., output ..., max_tokens ...; ...``: what a
+    run's or a study's workload holds (:func:`kvbudget.workloads.mix.mix_of`): a synthetic
+    one's arrivals and length distributions as its spec gives them, drawn at ``seed``; a
+    trace's file and format and its tiers' mean lengths read; each tier's requests, their share
+    and the ``max_tokens`` they declare."""
+    gen, tiers = mix.get("generator"), mix.get("tiers") or ()
+    total = sum(int(t["num_requests"]) for t in tiers) or 1
+    if isinstance(gen, Mapping):
+        head = f"synthetic, seed {seed}: arrival {gen.get('arrival')}"
+        shapes = gen.get("tiers") or {}
+    else:
+        head = ", ".join(f"{k} {mix[k]}" for k in ("source", "format") if mix.get(k))
+        shapes = {}
+
+    def tier(t: Mapping[str, Any]) -> str:
+        shape = shapes.get(t["name"]) or {}
+        lengths = [f"{k} {shape[k]}" for k in ("prompt", "output", "pairs") if k in shape] or [
+            f"prompt mean {float(t['prompt_mean']):,.0f} tokens",
+            f"output mean {float(t['output_mean']):,.0f}"]
+        low, high = t["max_tokens"]
+        return (f"{t['name']} {int(t['num_requests']):,} "
+                f"({100 * int(t['num_requests']) / total:.0f}%): " + ", ".join(lengths)
+                + f", max_tokens {low:,}" + (f" to {high:,}" if high != low else ""))
+
+    return f"workload {name}: " + "; ".join(([head] if head else []) + [tier(t) for t in tiers])
+
+
 def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
     """What the runs simulated (model, GPU, engine, KV capacity, workload), what loading the
     workload's file warned of or assumed (``workload.warnings`` / ``.assumed``), what the run
@@ -315,22 +394,14 @@ def setting_lines(summaries: Sequence[dict[str, Any]]) -> list[str]:
                 fill(f"assumed: {t}") for t in s.get("assumed", ()))) if line not in lines]
             continue
         w = s.get("workload") or {}
-        cost = s.get("cost_model") or {}
-        tp = int((s.get("engine_knobs") or cost).get("tensor_parallel_size") or 1)
-        engine = (s.get("engine") or {}).get("engine", "")
-        kv = s.get("kv_capacity_tokens")
-        defaulted = s.get("defaulted") or ()
-        model, gpu = (as_given(s.get(k), cost.get(k), k in defaulted) for k in ("model", "gpu"))
-        where, knobs = _deployment(s, gpu, tp)
         said = [fill(
-            f"simulated: {model} on {where}, engine {engine} ({s.get('engine_defaults')}'s "
-            f"defaults for unset knobs{_caps(knobs)}{_assumed_knobs(s, knobs)})"
-            + (f", KV capacity {int(kv):,} tokens" if kv is not None else "")
-            + _capacity_whose(s, where)
+            f"simulated: {served_said(s)}"
             + (f"; workload {w.get('name')}: {counted(int(w.get('num_requests', 0)), 'request')}"
                + ("" if s.get("closed_loop") else _arrivals(s, int(w.get("num_requests", 0))))
                if w else "")  # a summary written before a staged replay's said it
             + _closed_loop(s.get("closed_loop")))]
+        if isinstance(w.get("mix"), Mapping):
+            said.append(fill(mix_said(w.get("name"), w["mix"], s.get("seed"))))
         said += [fill(line) for line in _cost_line(s)]
         said += [fill(f"{label}: {text}")
                  for key, label in (("warnings", "warning"), ("assumed", "assumed"))

@@ -55,6 +55,7 @@ from kvbudget.simulator.spec_decode import draft_warning
 from kvbudget.simulator.users import ClosedLoopUsers
 from kvbudget.workloads import Workload
 from kvbudget.workloads.context_limit import CUTTING_ENGINES, context_refusals, cut_to_context
+from kvbudget.workloads.mix import mix_of
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetGateway
 
-__all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
+__all__ = ["FleetConfig", "SimConfig", "engine_knobs", "gateway_config", "simulate"]
 
 _COMPLETED = STATUS_CODES["completed"]
 _COLLECT_ROWS = 1 << 18
@@ -438,10 +439,10 @@ class _Simulation:
         stats = e.stats(span) if isinstance(e, DisaggFleet) else e.stats()
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
-            {name: _knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
+            {name: engine_knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
                                                        strict=True)}
             if isinstance(e, DisaggFleet)
-            else _knobs(self.setup.engine, self.config.engine.gpu_memory_utilization))
+            else engine_knobs(self.setup.engine, self.config.engine.gpu_memory_utilization))
         codes = np.asarray(w.tier, np.int64)
         if self.token_gaps_of is not None:  # the chosen rows' gaps apart: codes past the tiers'
             codes = codes + len(w.tier_names) * self.token_gaps_of
@@ -549,7 +550,7 @@ class _Simulation:
             **({} if config.gateway_capacity_tokens is None else {
                 "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
-                self.w.meta, closed_loop=self.users is not None)},
+                self.w.meta, closed_loop=self.users is not None), "mix": mix_of(self.w)},
             **limits_said(self.w, self.config, self.setup, self.status, self.reason,
                           self.beyond_context, self.num_cut_to_context),
             **({"warnings": [warning]} if (warning := draft_warning(
@@ -644,7 +645,7 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
     return priority[workload.tier]
 
 
-def _knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str, Any]:
+def engine_knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str, Any]:
     """The engine knobs a run resolved (vLLM's defaults for the GPU where none was given):
     what a user checks against their own server's flags; ``num_gpu_blocks`` where it was
     given (the KV cache set, not sized from the GPU's memory), with the

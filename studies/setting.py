@@ -13,14 +13,24 @@ from kvbudget.perf.cost_model import read_cost_file
 from kvbudget.perf.fitted_on import read_fitted_on
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
-from kvbudget.results.said import arrivals_said, as_given, cost_said, fill
+from kvbudget.results.said import (
+    arrivals_said,
+    as_given,
+    cost_said,
+    fill,
+    mix_said,
+    served_said,
+)
+from kvbudget.simulator.planned import planned_summary
 from kvbudget.workloads.counted import counted
+from kvbudget.workloads.mix import mix_of
 from kvbudget.workloads.traces.report import load_said
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from kvbudget.simulator.scenario import Scenario
+    from kvbudget.workloads import Workload
 
 __all__ = ["defaulted_of", "errors_line", "once_where_fixed", "one_run_said", "study_repr",
            "study_setting"]
@@ -99,12 +109,6 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
     workload = scn.workload()
     spec = scn.spec
     loop = spec.closed_loop
-    model = ("models as the study varies them" if any(k.split(".")[0] == "model" for k in varies)
-             else "model " + as_given(spec.model, get_model(spec.model).name,
-                                       "model" in scn.defaulted))
-    where = "" if any(
-        k.split(".")[0] in ("gpu", "fleet", "disaggregation")
-        or k == "engine.tensor_parallel_size" for k in varies) else " on " + _deployment(scn)
     said = load_said(workload.meta, closed_loop=loop is not None)
     # a workload the study varies: the scenario's, as each point changes it
     varied = sorted(k for k in varies if k.split(".")[0] == "workload")
@@ -117,9 +121,11 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
     # the load, as simulate's line says it; a study that scales it says whose rate it is
     load = "" if loop is not None else arrivals_said(
         len(workload), workload.span_s, " at rate scale 1" if "rate_scale" in varies else "")
-    return (f"{model}{where}; workload {workload.name}: {counted(len(workload), 'request')}"
+    return (f"{_served(scn, workload, varies)}; workload {workload.name}: "
+            f"{counted(len(workload), 'request')}"
             + load + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
+            mix_said(workload.name, mix_of(workload), spec.seed),
             *cost_model_said(scn.cost_model_path(), transfer=spec.cost_model_transfer,
                              frontend=spec.frontend),
             *([SAME_REQUESTS if once is None else once]
@@ -127,6 +133,47 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))
+
+
+_DEPLOYMENT = ("gpu", "fleet", "disaggregation", "engine.tensor_parallel_size")
+"""Keys a study varies that change what serves its runs (:func:`_served` names it for none)."""
+_BY_GPU = ("max_num_seqs", "max_num_batched_tokens")
+"""Knobs whose defaults are each GPU's (``perf/vllm_defaults.py``'s ``batch_defaults``)."""
+
+
+def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
+    """``model M on G, engine E (its knobs), KV capacity N tokens``, as ``simulate``'s
+    ``simulated:`` line says them (:func:`~kvbudget.results.said.served_said` of the runs'
+    planned summary), less what the study varies (``varies``' keys): the deployment where it
+    varies the GPU, the replicas or the tensor parallelism (and then the knobs whose defaults
+    are each GPU's), an engine knob it varies, the model's context and weights where it varies
+    the model, and the KV capacity where any of these changes it. A deployment whose runs
+    resolve it (a disaggregated one's pools, an autoscaled or mixed fleet): the model and
+    where, without the engine."""
+    tops = {k.split(".")[0] for k in varies}
+    model = ("models as the study varies them" if "model" in tops else "model " + as_given(
+        scn.spec.model, get_model(scn.spec.model).name, "model" in scn.defaulted))
+    moved = any(k in _DEPLOYMENT or k.split(".")[0] in _DEPLOYMENT for k in varies)
+    s = planned_summary(scn.sim_config(), workload)
+    if s is None:
+        return model + ("" if moved else " on " + _deployment(scn))
+    s.update(defaulted_of(scn, varies))  # the scenario's, as its runs' summaries keep them
+    given = scn.spec.engine
+    knobs = dict(s["engine_knobs"])
+    gone = {k.split(".", 1)[1] for k in varies if k.startswith("engine.")}
+    by_gpu = [k for k in _BY_GPU if moved and getattr(given, k) is None and k not in gone]
+    gone |= set(by_gpu)
+    if "model" in tops:
+        s.pop("weight_dtype")
+        gone |= set() if given.max_model_len is not None else {"max_model_len"}
+    for k in gone:
+        knobs.pop(k, None)
+    s["engine_knobs"] = knobs
+    if moved or gone or "model" in tops:  # each run's own
+        s.pop("kv_capacity_tokens")
+    where = None if not moved else "the deployments the study tries (each with its own KV capacity" + (
+        f" and its GPU's default {' and '.join(by_gpu)})" if by_gpu else ")")
+    return served_said(s, model, where)
 
 
 def _deployment(scn: Scenario) -> str:

@@ -510,6 +510,7 @@ class SyntheticWorkloadSpec(_Model):
             duration_s=self.duration_s,
             name=self.name,
         )
+        workload = replace(workload, meta={**workload.meta, "generator": generator_said(self)})
         if self.rate_scale == 1:
             return workload
         scaled = scale_rate(workload, self.rate_scale)
@@ -517,6 +518,39 @@ class SyntheticWorkloadSpec(_Model):
         return replace(scaled, meta={**scaled.meta, "assumed": (
             *(before if isinstance(before, tuple) else ()), rate_scale_said(
                 len(workload), self.rate_scale, workload.span_s, self.duration_s))})
+
+
+def generator_said(spec: SyntheticWorkloadSpec) -> dict[str, Any]:
+    """What a synthetic workload is drawn from, as its keys name it (the words a user sets in
+    ``[workload]``): ``arrival`` (``poisson(rate_rps 5.5) for 300 s``) and per tier its share
+    and ``prompt`` / ``output`` distributions (``lognormal(mean 1,500, sigma 0.8, max_tokens
+    16,384)``; ``pairs``: the pairs'), for :func:`kvbudget.workloads.mix.mix_of`."""
+    d, n = spec.duration_s, spec.num_requests
+    span = (f" for {d:g} s or {n:,} requests, whichever ends first" if d is not None
+            and n is not None else f" for {d:g} s" if d is not None else f", {n:,} requests")
+    return {"arrival": _said(spec.arrival) + span,
+            "tiers": {t.name: {"share": t.share, **{
+                k: _said(d) for k, d in (("prompt", t.prompt), ("output", t.output),
+                                         ("pairs", t.pairs)) if d is not None}}
+                      for t in spec.tiers}}
+
+
+def _said(spec: BaseModel) -> str:
+    """``kind(key value, ...)``: a distribution's or an arrival process's fields as given (a
+    list of more than four values by its length)."""
+    fields = spec.model_dump(exclude_none=True, exclude_defaults=False)
+    kind = fields.pop("kind", type(spec).__name__)
+
+    def value(v: Any) -> str:
+        if isinstance(v, list):
+            return f"{len(v):,} values" if len(v) > 4 else "[" + " ".join(map(value, v)) + "]"
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, int | float) and float(v).is_integer() and abs(v) >= 1000:
+            return f"{int(v):,}"
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    return f"{kind}(" + ", ".join(f"{k} {value(v)}" for k, v in fields.items()) + ")"
 
 
 def rate_scale_said(num: int, scale: float, span_s: float, duration_s: float | None) -> str:

@@ -315,6 +315,15 @@ def test_the_simulated_line_gives_the_arrivals_span_and_rate(tmp_path: Path) -> 
         "\n  ", " ")
 
 
+H100 = ("engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
+        "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix caching "
+        "on (no prefixes to share), bfloat16 weights, 16-bit KV, block_size 16, "
+        "gpu_memory_utilization 0.92), KV capacity 438,192 tokens (27,387 blocks), the gateway's "
+        "budget")
+"""What serves Llama-3.1-8B on one H100-80GB with vLLM's defaults, as ``simulate``'s line and a
+study's first line say it."""
+
+
 def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> None:
     """A length-only table without tiers or max_tokens: the drawn arrivals (a warning), the
     tier and the declared max_tokens it assumed are printed with the table and kept in the
@@ -329,11 +338,14 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
                                "scenario's")  # neither flag given, nor a scenario file
-    assert lines[2].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
-    assert lines[3].startswith("assumed: the file names no tier: every request is 'interactive'")
-    assert lines[4].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
+    # what the file held, tier by tier (headers78: a run said its request count alone)
+    assert lines[2] == (f"workload lengths: source {trace}, format generic-csv; interactive 30 "
+                        "(100%): prompt mean 100 tokens, output mean 20, max_tokens 2,048")
+    assert lines[3].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
+    assert lines[4].startswith("assumed: the file names no tier: every request is 'interactive'")
+    assert lines[5].startswith("assumed: no max_tokens read from the file: max_output_tokens 2,048 "
                                "(or the true output where longer)")
-    assert lines[5].startswith("policy ")
+    assert lines[6].startswith("policy ")
     code, stdout, _ = run("simulate", "--trace", str(trace), "--json", "--max-output", "factor:2",
                           "--default-tier", "batch")
     workload = json.loads(stdout)["workload"]
@@ -353,12 +365,16 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
+    # what serves the runs and what the file holds, as simulate says them (headers78)
     assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on "
-                                 "H100-SXM (assumed: the default scenario's H100-80GB); "
+                                 f"H100-SXM (assumed: the default scenario's H100-80GB), {H100}; "
                                  "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
-    assert [ln.split(":")[0] for ln in _lines(stderr)[1:4]] == ["warning", "assumed",
+    assert _lines(stderr)[1] == (f"workload lengths: source {trace}, format generic-csv; "
+                                 "interactive 30 (100%): prompt mean 100 tokens, output mean 20, "
+                                 "max_tokens 2,048")
+    assert [ln.split(":")[0] for ln in _lines(stderr)[2:5]] == ["warning", "assumed",
                                                                 "assumed"]
-    assert _lines(stderr)[3].startswith("assumed: lengths: no max_tokens read from the file")
+    assert _lines(stderr)[4].startswith("assumed: lengths: no max_tokens read from the file")
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep2"),
                           "--users", "2", "--think-time-s", "1",
@@ -367,24 +383,37 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     # the model as the runs resolved it, with the name it was given
     assert _lines(stderr)[0] == (
         "model Llama-3.1-8B (given as meta-llama/Llama-3.1-8B-Instruct) on H100-SXM (assumed: the "
-        "default scenario's H100-80GB); workload lengths: 30 requests, sent in closed loop by 2 users")
+        f"default scenario's H100-80GB), {H100}; workload lengths: 30 requests, sent in closed "
+        "loop by 2 users")
     assert not any(ln.startswith("warning:") for ln in _lines(stderr))
     # a study that varies the GPU names none
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep3"),
                           "--grid", "gpu=A100-80GB,L40S")
     assert code == 0, stderr
-    assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's); "
-                                 "workload lengths: 30 requests over 30.1 s "
+    # (nor the knobs whose defaults are each GPU's, nor a KV capacity: each run's own)
+    assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on the "
+                                 "deployments the study tries (each with its own KV capacity and "
+                                 "its GPU's default max_num_seqs and max_num_batched_tokens), "
+                                 "engine vllm (vLLM 0.32.0's "
+                                 "defaults for unset knobs, max_model_len 131,072, chunked "
+                                 "prefill on, prefix caching on (no prefixes to share), bfloat16 "
+                                 "weights, 16-bit KV, block_size 16, gpu_memory_utilization "
+                                 "0.92); workload lengths: 30 requests over 30.1 s "
                                  "(0.963 req/s)")
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
                           "--grid", "model=Llama-3.1-8B,Qwen2.5-7B")
     assert code == 0, stderr
+    # (nor the model's context and weights, nor a KV capacity)
     assert _lines(stderr)[0] == ("models as the study varies them on H100-SXM (assumed: the "
-                                 "default scenario's H100-80GB); workload lengths: 30 requests over 30.1 s "
-                                 "(0.963 req/s)")
+                                 "default scenario's H100-80GB), engine vllm (vLLM 0.32.0's "
+                                 "defaults for unset knobs, max_num_seqs 1,024, "
+                                 "max_num_batched_tokens 8,192, chunked prefill on, prefix "
+                                 "caching on (no prefixes to share), 16-bit KV, block_size 16, "
+                                 "gpu_memory_utilization 0.92); workload lengths: 30 requests "
+                                 "over 30.1 s (0.963 req/s)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
                           "--out", str(tmp_path / "sweep5"),
@@ -408,9 +437,15 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
     json.loads(stdout)  # stdout stays the JSON alone
     lines = _lines(stderr)
     assert lines[0] == ("model Qwen2.5-7B on H100-SXM (assumed: the default scenario's "
-                        "H100-80GB); workload lengths: "
+                        "H100-80GB), engine vllm (vLLM 0.32.0's defaults for unset knobs, "
+                        "max_num_seqs 1,024, max_num_batched_tokens 8,192, max_model_len 131,072, "
+                        "chunked prefill on, prefix caching on (no prefixes to share), bfloat16 "
+                        "weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
+                        "capacity 1,004,016 tokens (62,751 blocks), the gateway's budget; "
+                        "workload lengths: "
                         "30 requests over 30.1 s (0.963 req/s)")
-    assert [ln.split(":")[0] for ln in lines[1:4]] == ["warning", "assumed", "assumed"]
+    assert [ln.split(":")[0] for ln in lines[1:5]] == ["workload lengths", "warning", "assumed",
+                                                       "assumed"]
 
 
 def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
@@ -423,7 +458,7 @@ def test_a_trace_that_says_everything_assumes_nothing(tmp_path: Path) -> None:
     code, stdout, _ = run("simulate", "--trace", str(trace), "--json")
     assert code == 0
     workload = json.loads(stdout)["workload"]
-    assert set(workload) == {"name", "num_requests"}
+    assert set(workload) == {"name", "num_requests", "mix"}
     trace.write_text("arrival_s,prompt_tokens,output_tokens,max_output_tokens,tier\n"
                      + "\n".join(rows) + "\n")
     code, stdout, stderr = run("compare", "--trace", str(trace), "--policies",
@@ -640,22 +675,23 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
     # the router and the budget, the defaults' where not given (were unsaid)
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (assumed: the default scenario's "
      "H100-80GB), routed round_robin, one token budget over them, engine vllm "
-     "(vllm's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
-     "max_model_len 131,072, prefix caching on (no prefixes to share), bfloat16 weights, 16-bit "
+     "(vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, max_num_batched_tokens 8,192, "
+     "max_model_len 131,072, chunked prefill on, prefix caching on (no prefixes to share), "
+     "bfloat16 weights, 16-bit "
      "KV, block_size 16, gpu_memory_utilization 0.92)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
      "on 3 replicas (2 of H100-80GB; 1 of H200), routed round_robin, one token budget over "
-     "them, engine vllm (vllm's defaults for unset knobs, "
+     "them, engine vllm (vLLM 0.32.0's defaults for unset knobs, "
      "max_num_seqs 1,024"),
     (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
      "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
      "max_num_seqs 1,024, max_num_batched_tokens 8,192), routed round_robin, one token budget "
-     "over them, engine vllm (vllm's defaults for unset "
+     "over them, engine vllm (vLLM 0.32.0's defaults for unset "
      "knobs, bfloat16 weights), KV capacity "),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
-     "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vllm's defaults for unset knobs, max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes to "
+     "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
+     "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix caching on (no prefixes to "
      "share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
      "capacity 1,752,768 tokens (at 4 replicas); "
      "workload"),
@@ -665,10 +701,10 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "on disaggregated pools (prefill: 1 replica of H100-SXM, routed least_tokens, max_num_seqs "
      "1,024, max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, routed least_tokens, "
      "max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), engine vllm (vllm's defaults for unset knobs, bfloat16 "
+     "max_num_batched_tokens 8,192), engine vllm (vLLM 0.32.0's defaults for unset knobs, bfloat16 "
      "weights), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
-     "capacity 3,840,096 tokens (the decode pool's); workload default"),
+     "capacity 3,840,096 tokens (the decode pool's), the gateway's budget; workload default"),
 ], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
 def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
     """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
@@ -745,8 +781,8 @@ def test_a_given_gateway_budget_is_said() -> None:
     code, stdout, stderr = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
                                "workload.num_requests=6")
     assert code == 0, stderr
-    assert "KV capacity 438,192 tokens, the gateway's budget 100,000 (given);" in stdout.replace(
-        "\n  ", " ")
+    assert ("KV capacity 438,192 tokens (27,387 blocks), the gateway's budget 100,000 (given);"
+            in stdout.replace("\n  ", " "))
     code, stdout, _ = run("simulate", "--set", "gateway_capacity_tokens=100000", "--set",
                           "workload.num_requests=6", "--json")
     assert json.loads(stdout)["gateway_capacity_tokens"] == 100_000

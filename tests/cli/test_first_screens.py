@@ -113,16 +113,21 @@ def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path:
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20")
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
-    assert ("max_num_batched_tokens 8,192, max_model_len 131,072, prefix caching on (no prefixes "
-            "to share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), "
-            "KV capacity 438,192 tokens") in first, first
+    # whose defaults (vLLM's release), chunked prefill and the KV cache's blocks too (headers78)
+    assert ("(vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
+            "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix "
+            "caching on (no prefixes to share), bfloat16 weights, 16-bit KV, block_size 16, "
+            "gpu_memory_utilization 0.92), KV capacity 438,192 tokens (27,387 blocks), the gateway's "
+            "budget;") in first, \
+        first
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--model",
                                "Llama-2-7B", "--set", "engine.kv_cache_dtype=fp8", "--set",
-                               "engine.enable_prefix_caching=false")
+                               "engine.enable_prefix_caching=false", "--set",
+                               "engine.enable_chunked_prefill=false")
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
-    assert "max_model_len 4,096, prefix caching off, float16 weights, fp8 KV, block_size 16, " \
-        "gpu_memory_utilization 0.92)" in first, first
+    assert "max_model_len 4,096, chunked prefill off, prefix caching off, float16 weights, fp8 " \
+        "KV, block_size 16, gpu_memory_utilization 0.92)" in first, first
 
 
 def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path: Path) -> None:

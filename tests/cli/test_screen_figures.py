@@ -171,7 +171,9 @@ def test_capacity_says_what_its_columns_are(tmp_path: Path) -> None:
                         figure(found["attainment_at_capacity"]["mean"])], (row, found)
     assert all(len(ln) <= WIDTH for ln in stdout.splitlines() if not ln.startswith("wrote "))
     note = " ".join(stdout.split())
-    assert ("capacity req/s: the largest offered rate found to meet the criteria (per GPU: over "
+    assert ("capacity req/s: the largest offered rate found to meet the criteria (the mean over "
+            "the replications of each run's requests over its arrival window, first to last "
+            "arrival; per GPU: over "
             "the deployment's GPUs, replicas x tensor-parallel degree); bracket high: the "
             "smallest rate found to miss them; attain. at cap: the mean overall_slo_attainment "
             "at the capacity") in note, note
@@ -223,7 +225,7 @@ def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
     code, _, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
                           "-r", "2", "-j", "1")
     assert code == 0, stderr
-    (said,) = study_setting(load_scenario(scenario))
+    said, _mix = study_setting(load_scenario(scenario))
     assert len(said) > WIDTH  # the line this test is about
     lines = stderr.splitlines()
     rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:]))

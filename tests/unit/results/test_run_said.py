@@ -27,7 +27,8 @@ def test_a_runs_repr_says_what_it_simulated_and_assumed(tmp_path: Path) -> None:
         "simulated: Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
         "default scenario's H100-80GB)")
     said = [ln.split(":")[0] for ln in lines if not ln.startswith("  ")]
-    assert said[2:] == ["warning", "assumed", "assumed", "overall", ".records (30 rows), .timeline "
+    assert said[2:] == ["workload lengths", "warning", "assumed", "assumed", "overall",
+                        ".records (30 rows), .timeline "
                         f"({len(run.timeline):,} rows), .token_gaps, .summary (every figure)"]
     assert "array(" not in repr(run)
     # a run read back from its directory shows the same
@@ -66,9 +67,10 @@ def test_a_summary_without_its_workload_says_none() -> None:
     from kvbudget.results.said import setting_lines
 
     line = setting_lines([{"model": "m", "gpu": "g", "engine": {"engine": "vllm"},
-                           "engine_defaults": "vllm", "kv_capacity_tokens": 10}])[0]
-    assert line == ("simulated: m on g, engine vllm (vllm's defaults for unset knobs), KV "
-                    "capacity 10 tokens")
+                           "engine_defaults": "vllm", "kv_capacity_tokens": 10}])[0].replace(
+                               "\n  ", " ")
+    assert line == ("simulated: m on g, engine vllm (vLLM 0.32.0's defaults for unset knobs), KV "
+                    "capacity 10 tokens, the gateway's budget")
 
 
 def test_a_bare_or_measured_runs_repr_has_no_setting_line() -> None:

@@ -20,6 +20,13 @@ def _said(text: str) -> list[str]:
     return [ln.split(":")[0] for ln in text.splitlines() if not ln.startswith("  ")]
 
 
+ENGINE = ("engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
+          "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix "
+          "caching on (no prefixes to share), bfloat16 weights, 16-bit KV, block_size 16, "
+          "gpu_memory_utilization 0.92)")
+KV = "KV capacity 438,192 tokens (27,387 blocks), the gateway's budget"
+
+
 def test_a_replicated_comparisons_repr_says_what_it_ran_over_and_found(tmp_path: Path) -> None:
     c = kb.compare(_scenario(tmp_path), ["conservative", "overcommit"], replications=2)
     lines = repr(c).splitlines()
@@ -29,10 +36,11 @@ def test_a_replicated_comparisons_repr_says_what_it_ran_over_and_found(tmp_path:
     # what was assumed in place of its missing columns
     # a trace names neither the model nor the GPU: the default scenario's, assumed
     assert lines[1] == ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM "
-                        "(assumed: the default scenario's H100-80GB); workload lengths: "
-                        "20 requests over 22.8 s (0.833 req/s)")
+                        f"(assumed: the default scenario's H100-80GB), {ENGINE}, {KV}; workload "
+                        "lengths: 20 requests over 22.8 s (0.833 req/s)")
+    assert lines[2].startswith("workload lengths: source ")
     assert c.setting == tuple(lines[1:len(c.setting) + 1])
-    assert _said(repr(c))[2:5] == ["warning", "assumed", "assumed"]
+    assert _said(repr(c))[3:6] == ["warning", "assumed", "assumed"]
     assert lines[-2].startswith("overcommit against conservative on 12 metrics: ")
     assert lines[-1] == ".table (24 rows: metric x policy), .runs (4 rows), .params"
     assert "DataFrame" not in repr(c) and "runs=" not in repr(c)
@@ -55,8 +63,8 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     scn, ex = _scenario(tmp_path), LocalExecutor(max_workers=1)
     slo = (Constraint.parse("overall_ttft_p99_s<=1000"),)  # met by every setting
     setting = ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
-               "default scenario's H100-80GB); workload lengths: 20 requests over 22.8 s "
-               "(0.833 req/s)")
+               f"default scenario's H100-80GB), {ENGINE}, {KV}; workload lengths: 20 requests "
+               "over 22.8 s (0.833 req/s)")
     # the trace's requests are all 'interactive': the default objective (the batch tier's) is
     # refused, so the interactive tier's is tuned
     tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
@@ -67,9 +75,11 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     assert lines[0] == ("TuneResult: maximize interactive_sustained_output_tokens_per_s over "
                         "engine.max_num_seqs 8..64,")
     assert lines[1] == "  subject to overall_ttft_p99_s<=1000; 2 settings, 1 replication each"
-    assert lines[2] == setting and _said(repr(tuned))[2:5] == ["warning", "assumed", "assumed"]
+    # the knob it tunes and the KV capacity that moves with it are each run's
+    assert lines[2] == setting.replace("max_num_seqs 1,024, ", "").replace(f", {KV}", "")
+    assert _said(repr(tuned))[3:6] == ["warning", "assumed", "assumed"]
     assert lines[-1] == ".table() (2 runs), .best_scenario(), .describe(), .write(DIR)"
-    assert tuned.setting == kb.compare(scn, ["conservative"], replications=2).setting
+    assert tuned.setting[1:] == kb.compare(scn, ["conservative"], replications=2).setting[1:]
 
     cap = kb.capacity(kb.CapacitySpec(scn, ("conservative",), replications=1, rel_tol=0.5,
                                       max_scale=2.0), ex)
@@ -86,8 +96,12 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
                                   slos=slo), ex)
     lines = repr(planned).splitlines()
     assert lines[0].startswith("PlanResult: the cheapest of 1 configurations (H100-80GB; TP 1;")
-    assert lines[2] == ("model Llama-3.1-8B (assumed: the default scenario's); workload "
-                        "lengths: 20 requests over 22.8 s (0.833 req/s)")  # the GPU varies
+    assert lines[2] == (  # the GPU varies: so do the knobs whose defaults are each GPU's
+        "model Llama-3.1-8B (assumed: the default scenario's) on the deployments the study "
+        "tries (each with its own KV capacity and its GPU's default max_num_seqs and "
+        "max_num_batched_tokens), "
+        + ENGINE.replace("max_num_seqs 1,024, max_num_batched_tokens 8,192, ", "")
+        + "; workload lengths: 20 requests over 22.8 s (0.833 req/s)")
     assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
     for result in (tuned, cap, planned):
         assert "Scenario(" not in repr(result) and "spec=" not in repr(result)

@@ -343,7 +343,9 @@ def test_cli_sweep_writes_the_table_and_resumes(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert re.search(r"^12 runs in [0-9.]+ s: [0-9.]+ runs per minute$", res.output, re.M)
     said = " ".join(res.stdout.split())
-    assert "(means over the replications; times in seconds; out tok/s" in said
+    assert ("(means over the replications; times in seconds; ttft and tpot quantiles: each "
+            "run's, over the completed requests (refused and expired ones have none), TTFT from "
+            "arrival at the gateway, its wait included; out tok/s") in said
     assert "offered req/s (offered_rate_rps): requests over the arrival window" in said
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 3 * 2 * 2

@@ -1,0 +1,131 @@
+"""Every study's first screen says what it assumed, as ``simulate``'s does (round 78): the
+studies named the model and GPU alone, ``simulate`` with no workload file said "workload
+default: 1,617 requests" and none of the mix it drew them from, and the studies' tables said
+neither which requests their p99s are over nor where TTFT starts. Each test names what the
+screen said before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli.main import app
+
+SMALL = ("--set", "workload.num_requests=30")
+
+
+def run(*args: object) -> tuple[int, str, str]:
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def lines(text: str) -> list[str]:
+    """``text``'s lines with their wrapped continuations joined."""
+    return text.replace("\n  ", " ").splitlines()
+
+
+def served(line: str, prefix: str) -> str:
+    """What served the runs: the first line less its prefix and its workload clause."""
+    assert line.startswith(prefix), line
+    return line.removeprefix(prefix).split("; workload ")[0]
+
+
+STUDIES = {
+    "compare -r": ["compare", "--policies", "conservative", "-r", "2", "-j", "1"],
+    "sweep": ["sweep", "-r", "1", "-j", "1", "--no-plot", "--out", "{out}"],
+    "tune": ["tune", "--policy", "overcommit", "--param",
+             "policy_params.overcommit_ratio=0.2:0.8", "--grid-points", "2", "-r", "1",
+             "--refine-evals", "0", "--validate", "0", "-j", "1", "--out", "{out}"],
+    "capacity": ["capacity", "-r", "1", "--rel-tol", "0.5", "-j", "1", "--no-plot",
+                 "--out", "{out}"],
+}
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_a_studys_first_lines_say_what_simulate_says(study: str, tmp_path: Path) -> None:
+    """``capacity`` (and sweep, tune, compare -r) opened with 'model Llama-3.1-8B (assumed:
+    ...) on H100-SXM (...); workload default: ...': no engine knob, no max_model_len, block
+    size, gpu_memory_utilization nor KV capacity, which simulate's line says; a user comparing
+    the capacity with their server had to run simulate to learn them. The study now says the
+    same words, and the same line on what the workload holds."""
+    code, stdout, stderr = run("simulate", *SMALL)
+    assert code == 0, stderr
+    sim = lines(stdout)
+    args = [a.replace("{out}", str(tmp_path / "out")) for a in STUDIES[study]]
+    code, _, stderr = run(*args, *SMALL)
+    assert code == 0, stderr
+    said = lines(stderr)
+    assert served(said[0], "model ") == served(sim[0], "simulated: ")
+    assert "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on" in said[0]
+    assert ("gpu_memory_utilization 0.92), KV capacity 438,192 tokens (27,387 blocks), the "
+            "gateway's budget; workload") in said[0]
+    mix = next(ln for ln in sim if ln.startswith("workload default: synthetic"))
+    assert said[1] == mix
+
+
+def test_simulate_says_the_default_workloads_mix() -> None:
+    """``simulate`` with no workload file said 'workload default: 1,617 requests over 5.0 min
+    (5.4 req/s)': not its tiers, their shares, their length distributions, their max_tokens nor
+    the seed it drew them with, each of which moves every figure under it."""
+    code, stdout, stderr = run("simulate")
+    assert code == 0, stderr
+    said = lines(stdout)
+    assert said[1] == (
+        "workload default: synthetic, seed 0: arrival poisson(rate_rps 5.5) for 300 s; "
+        "interactive 1,122 (69%): prompt lognormal(mean 1,500, sigma 0.8, max_tokens 16,384), "
+        "output lognormal(mean 250, sigma 0.9), max_tokens 1,024 to 3,607; batch 495 (31%): "
+        "prompt lognormal(mean 4,000, sigma 0.6, max_tokens 24,576), output uniform(low 1,536, "
+        "high 2,048), max_tokens 2,048")
+    # the spec's fields by the names a [workload] table sets them with, and the run's seed
+    code, stdout, stderr = run("simulate", "--seed", "3", "--set", "workload.num_requests=40",
+                               "--set", 'workload.arrival={kind="gamma",rate_rps=2.0,cv=3.0}')
+    assert code == 0, stderr
+    mix = lines(stdout)[1]
+    # (both a duration and a count: the arrivals stop at whichever ends first)
+    assert mix.startswith("workload default: synthetic, seed 3: arrival gamma(rate_rps 2, cv 3) "
+                          "for 300 s or 40 requests, whichever ends first; interactive "), mix
+
+
+def test_a_study_that_varies_the_deployment_says_what_holds_on_every_one(tmp_path: Path) -> None:
+    """``plan`` varies the GPU (and replicas): the knobs whose vLLM defaults are each GPU's and
+    the KV capacity are each run's, said so, not the scenario GPU's; the rest as simulate says
+    it."""
+    code, _, stderr = run("plan", *SMALL, "--gpus", "A100-80GB,H100-80GB", "--replicas", "1",
+                          "-r", "1", "-j", "1", "--out", tmp_path / "plan")
+    assert code == 0, stderr
+    first = lines(stderr)[0]
+    assert first.startswith(
+        "model Llama-3.1-8B (assumed: the default scenario's) on the deployments the study tries "
+        "(each with its own KV capacity and its GPU's default max_num_seqs and "
+        "max_num_batched_tokens), engine vllm (vLLM 0.32.0's defaults for unset knobs, "
+        "max_model_len 131,072, chunked prefill on, "), first
+    assert "KV capacity" not in first.split("; workload")[0].split("), engine")[1]
+
+
+def test_the_studies_tables_say_what_their_p99s_are_over(tmp_path: Path) -> None:
+    """``sweep``'s, ``compare -r``'s and ``plan``'s tables gave 'inter. ttft p99' as a mean over
+    the replications with no word of which requests each run's p99 is over nor that TTFT starts
+    at the gateway, its queue wait included (vLLM's own TTFT starts at the engine), which
+    ``simulate``'s note says; ``capacity`` said 'the largest offered rate' without the window
+    it is over nor that it is a mean over the replications (the first line's rate is the
+    scenario seed's draw, which no replication runs)."""
+    over = ("over the completed requests (refused and expired ones have none), TTFT from arrival "
+            "at the gateway, its wait included")
+    runs = {
+        "sweep": ["sweep", "-r", "1", "-j", "1", "--no-plot", "--out", tmp_path / "s"],
+        "compare": ["compare", "--policies", "unlimited,conservative", "-r", "2", "-j", "1"],
+        "plan": ["plan", "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
+                 "--out", tmp_path / "p"],
+    }
+    for name, args in runs.items():
+        code, stdout, stderr = run(*args, *SMALL)
+        assert code == 0, stderr
+        assert f"each run's, {over}" in " ".join(stdout.split()), (name, stdout)
+    code, stdout, stderr = run("capacity", *SMALL, "-r", "1", "--rel-tol", "0.5", "-j", "1",
+                               "--no-plot", "--out", tmp_path / "c")
+    assert code == 0, stderr
+    assert ("capacity req/s: the largest offered rate found to meet the criteria (the mean over "
+            "the replications of each run's requests over its arrival window, first to last "
+            "arrival;") in " ".join(stdout.split()), stdout
