@@ -6,6 +6,7 @@ shows them in a notebook."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -347,6 +348,20 @@ def _defaults(name: Any) -> str:
     return f"vLLM {SIMULATED_VLLM}'s defaults" if name == "vllm" else f"{name}'s defaults"
 
 
+def _shown_path(source: Any) -> str:
+    """A trace's file as a user would type it here: relative to the working directory where
+    that is shorter than the absolute path a scenario resolves it to (``summary.json`` keeps
+    the absolute one)."""
+    text = str(source)
+    if not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text)
+    except ValueError:  # another drive (Windows)
+        return text
+    return rel if len(rel) < len(text) else text
+
+
 def mix_said(name: Any, mix: Mapping[str, Any], seed: Any = None) -> str:
     """``workload W: FROM; TIER N (S%): prompt ..., output ..., max_tokens ...; ...``: what a
     run's or a study's workload holds (:func:`kvbudget.workloads.mix.mix_of`): a synthetic
@@ -359,7 +374,8 @@ def mix_said(name: Any, mix: Mapping[str, Any], seed: Any = None) -> str:
         head = f"synthetic, seed {seed}: arrival {gen.get('arrival')}"
         shapes = gen.get("tiers") or {}
     else:
-        head = ", ".join(f"{k} {mix[k]}" for k in ("source", "format") if mix.get(k))
+        head = ", ".join(f"{k} {_shown_path(mix[k]) if k == 'source' else mix[k]}"
+                         for k in ("source", "format") if mix.get(k))
         shapes = {}
 
     def tier(t: Mapping[str, Any]) -> str:

@@ -338,7 +338,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert "workload lengths: 30 requests" in lines[0] and "KV capacity " in lines[0]
     assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
                                "scenario's")  # neither flag given, nor a scenario file
-    # what the file held, tier by tier (headers78: a run said its request count alone)
+    # what the file held, tier by tier (a run said its request count alone before)
     assert lines[2] == (f"workload lengths: source {trace}, format generic-csv; interactive 30 "
                         "(100%): prompt mean 100 tokens, output mean 20, max_tokens 2,048")
     assert lines[3].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
@@ -365,7 +365,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep"))
     assert code == 0, stderr
-    # what serves the runs and what the file holds, as simulate says them (headers78)
+    # what serves the runs and what the file holds, as simulate says them
     assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on "
                                  f"H100-SXM (assumed: the default scenario's H100-80GB), {H100}; "
                                  "workload lengths: 30 requests over 30.1 s (0.963 req/s)")

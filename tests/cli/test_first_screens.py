@@ -113,7 +113,7 @@ def test_the_simulated_line_says_the_context_prefix_caching_and_dtypes(tmp_path:
     code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20")
     assert code == 0, stderr
     first = " ".join(stdout.split("\npolicy ")[0].split())
-    # whose defaults (vLLM's release), chunked prefill and the KV cache's blocks too (headers78)
+    # whose defaults (vLLM's release), chunked prefill and the KV cache's blocks too
     assert ("(vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
             "max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix "
             "caching on (no prefixes to share), bfloat16 weights, 16-bit KV, block_size 16, "

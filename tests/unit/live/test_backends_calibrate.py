@@ -528,7 +528,7 @@ def test_calibrate_and_validate_commands(fake_url: str, tmp_path: Path,
     mapes = [ln.split()[-1] for ln in lines[head + 2:head + 5]]
     assert all(re.fullmatch(r"\d+\.\d%|-", m) for m in mapes), lines[head:head + 5]
     # its p99s over 41 requests are about the maximum: said as validate --records says it
-    # (the live validation said nothing of it, test_headers78)
+    # (the live validation said nothing of it before)
     assert ("few requests: TTFT, TPOT and E2E over 41 requests: a p99 over 100 or fewer lies "
             "between the two largest values") in " ".join(res.stdout.split())
     # what the server did that changes the answer, as replay's output says it (before: replay's

@@ -1,4 +1,4 @@
-"""Every study's first screen says what it assumed, as ``simulate``'s does (round 78): the
+"""Every study's first screen says what it assumed, as ``simulate``'s does: the
 studies named the model and GPU alone, ``simulate`` with no workload file said "workload
 default: 1,617 requests" and none of the mix it drew them from, and the studies' tables said
 neither which requests their p99s are over nor where TTFT starts. Each test names what the
@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
+from kvbudget.results.said import mix_said
 
 SMALL = ("--set", "workload.num_requests=30")
 
@@ -129,3 +130,17 @@ def test_the_studies_tables_say_what_their_p99s_are_over(tmp_path: Path) -> None
     assert ("capacity req/s: the largest offered rate found to meet the criteria (the mean over "
             "the replications of each run's requests over its arrival window, first to last "
             "arrival;") in " ".join(stdout.split()), stdout
+
+
+def test_a_traces_file_is_said_as_typed_here_not_as_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scenario resolves a trace's path to an absolute one (``summary.json`` keeps it); the
+    mix line said that absolute path (``/work/shared/...`` in docs/workloads.md), which is this
+    machine's and not what the user typed: it now says it from the working directory, where
+    that is shorter."""
+    monkeypatch.chdir(tmp_path)
+    mix = {"source": str(tmp_path / "traces" / "t.csv"), "format": "lengths", "tiers": []}
+    assert mix_said("t", mix) == "workload t: source traces/t.csv, format lengths"
+    far = {"source": "/a.csv", "format": "lengths", "tiers": []}
+    assert mix_said("t", far).startswith("workload t: source /a.csv,")
