@@ -272,6 +272,9 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     hold as many per-request results as objects, with the summary's keys shown as theirs: the
     two are now told apart."""
     for where, items in _object_lists(doc):
+        runs = _runs_said(items)
+        if runs:
+            return f"holds aggregate figures, one JSON object a run ({where}{runs}), {NEEDED}"
         summary = len(items) > 1 and _summary_ahead(items[0], items[1])
         said = _requests_said([str(k) for k in items[1 if summary else 0]])
         if said:
@@ -288,6 +291,20 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
             f"holds per-request results, one a line, in a layout of no tool kvbudget reads ({one}"
         )
     return None
+
+
+def _runs_said(items: list[Mapping[str, Any]]) -> str | None:
+    """The summary keys of objects that are each a run's aggregate figures (two or more of
+    every object's keys, of its first 8, a percentile, a mean or a median: a harness's sweep
+    written as one JSON array, github.com/sfxnz/DeepSeek-V4.1-Flash-EXL3-vLLM-2x-DGX-Spark
+    2d2a4d9 ``results/2026-09-24-review/campaign/*/04-bench-decode.summary.json``, each
+    object's ``median_decode_tok_s``, ``median_ms_per_step`` and ``ttft_s_p50`` at one phase
+    and concurrency, which kvbudget said "holds 2 per-request result(s)"); None otherwise, as
+    for JSON lines (:func:`aggregate_line_refusal`)."""
+    summaries = [[k for k in map(str, item) if _summarises(k)] for item in items[:8]]
+    if any(len(keys) < 2 for keys in summaries):
+        return None
+    return _said(summaries[0])
 
 
 def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:

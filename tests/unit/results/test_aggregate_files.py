@@ -737,3 +737,49 @@ def test_guidellm_results_parser_output_is_named(tmp_path: Path, doc: Any, reque
     assert NEEDS not in said and "no tool kvbudget reads" not in said
     # the report it points to is read: the repository's own example_output/benchmarks.json
     assert read_recording(PUBLISHED_REPORT).tool == "guidellm"
+
+
+def _decode_sweep() -> list[dict[str, object]]:
+    """A harness's sweep written as one JSON array, shaped as github.com/sfxnz/
+    DeepSeek-V4.1-Flash-EXL3-vLLM-2x-DGX-Spark 2d2a4d9 ``results/2026-09-24-review/campaign/
+    s2-old-fresh/04-bench-decode.summary.json`` (no licence found: reproduced, not copied):
+    one object a phase and concurrency, its medians and a TTFT percentile."""
+    return [
+        {
+            "phase": phase,
+            "concurrency": c,
+            "median_decode_tok_s": 37.1 / c,
+            "median_agg_tok_s": 37.1,
+            "median_run_acceptance_len": 2.53,
+            "median_ms_per_step": 67.8 * c,
+            "post_eos_fraction": 0.57,
+            "ttft_s_p50": 0.263,
+            "natural_completion_tokens": 86,
+        }
+        for phase in ("prose", "structured")
+        for c in (1, 2)
+    ]
+
+
+def test_a_json_array_of_runs_is_said_to_be_aggregates(tmp_path: Path) -> None:
+    # validate and report told it "holds 4 per-request result(s) in a layout of no tool
+    # kvbudget reads (ttft_s_p50, phase, concurrency, ...), with no send time among their keys"
+    path = tmp_path / "04-bench-decode.summary.json"
+    path.write_text(json.dumps(_decode_sweep(), indent=1))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures, one JSON object a run (median_decode_tok_s, "
+        "median_agg_tok_s, median_run_acceptance_len, ...)"
+    ) in said
+    assert NEEDS in said and "per-request result" not in said
+    result = CliRunner().invoke(app, ["validate", "--records", str(path)])
+    assert result.exit_code == 2 and "one JSON object a run" in result.output
+    assert "Traceback" not in result.output
+    # one object of requests among them (no summary of its own): not a list of runs
+    requests = [{"ttft_ms": 90.0 + i, "total_ms": 5260.8, "prompt_len": 8} for i in range(2)]
+    path.write_text(json.dumps([*_decode_sweep()[:1], *requests]))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "one JSON object a run" not in str(err.value)
