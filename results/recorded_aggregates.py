@@ -225,6 +225,13 @@ SEND_WORDS = frozenset(
 """Words of a key that may hold when a request was sent."""
 FINISH_WORDS = frozenset({"complete", "completed", "end", "finish", "finished", "done"})
 """Words of a key that may hold when a request's answer ended (``t_complete``, ``end_time``)."""
+FIRST_OUTPUT_WORDS = frozenset({"token", "chunk", "content", "byte", "output"})
+"""Words beside ``first`` that name a request's first output (its first token, chunk, content
+delta or byte): when it came, or how long after the send."""
+DURATION_UNITS = frozenset({"s", "sec", "secs", "seconds", "ms", "millis", "milliseconds"})
+"""Words of a key that give it a unit of time."""
+ELAPSED_WORDS = frozenset({"total", "elapsed", "duration", "wall"})
+"""Words of a key that, with a unit of time, name a request's whole measured time."""
 NOT_A_TIME = frozenset({"token", "tokens", "text", "reason", "id", "batch"})
 """Words of a key that is no request's time though a finish word is among them
 (``finish_reason``, ``batch_t_end``)."""
@@ -235,13 +242,25 @@ def _timed(key: str) -> bool:
     ``e2e_latency``), or a timestamp of its first token or of its end (``t_first_token``,
     ``t_complete``: a home-made harness's per-request results, github.com/maerory/vllm-bench
     9c1f1d8 ``results/*-vllm-c16.json``, beside its ``t_request_sent``, which kvbudget told
-    to "pass a format", though none fits)."""
+    to "pass a format", though none fits), or a duration of one (:func:`_duration`)."""
     words = set(_words(key))
     return bool(
         LATENCY_WORDS & words
-        or ("first" in words and words & {"token", "chunk"})
+        or ("first" in words and words & FIRST_OUTPUT_WORDS)
         or (FINISH_WORDS & words and not NOT_A_TIME & words)
+        or _duration(key)
     )
+
+
+def _duration(key: str) -> bool:
+    """Whether a request's key names a measured duration in a unit of time: the time to its
+    first output or its whole time (``first_content_seconds``, ``total_seconds``,
+    ``elapsed_ms``: a home-made smoke test's per-request results, github.com/coolbho3k/
+    DeepSeek-v4.1-Flash-2x-DGX-Spark 1c1c7eb ``release/experimental/nvfp4_kv/
+    serving-results.json``, which kvbudget called a load tool's input dataset with "no
+    request's send or measured time in it")."""
+    words = set(_words(key))
+    return bool(DURATION_UNITS & words and (ELAPSED_WORDS | {"first"}) & words)
 
 
 def _object_lists(doc: object) -> list[tuple[str, list[Mapping[str, Any]]]]:
@@ -445,7 +464,7 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
         + (
             "; ttft_s and e2e_s are times from the send: the first token's and the end's "
             "timestamps less the send's"
-            if any(not LATENCY_WORDS & set(_words(k)) for k in timed)
+            if any(not LATENCY_WORDS & set(_words(k)) and not _duration(k) for k in timed)
             else ""
         )
         + ") or pass a load tool's per-request file"

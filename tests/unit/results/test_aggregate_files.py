@@ -156,7 +156,7 @@ def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path, 
     assert (
         "holds 3 per-request result(s) in a layout of no tool kvbudget reads ("
         + ("under 'requests': " if wrap else "")
-        + "ttft_ms, request_id, prompt_len, ...)"
+        + "ttft_ms, total_ms, request_id, ...)"  # both its measured times first
     ) in said
     assert "with no send time among their keys" in said and "generic records format" in said
     assert "pass a format" not in said
@@ -783,3 +783,68 @@ def test_a_json_array_of_runs_is_said_to_be_aggregates(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "one JSON object a run" not in str(err.value)
+
+
+def _smoke_results() -> dict[str, object]:
+    """A home-made smoke test's per-request results, shaped as github.com/coolbho3k/
+    DeepSeek-v4.1-Flash-2x-DGX-Spark 1c1c7eb ``release/experimental/nvfp4_kv/
+    serving-results.json`` (no licence found: reproduced, not copied): each test's answer,
+    its time to the first content and its whole time in seconds, and the server's usage."""
+    tests = [
+        ("arithmetic", "323", 0.332, 0.859, 18, 2),
+        ("long_prefill_retrieval", "AMBER-731", 5.815, 5.995, 6036, 5),
+        ("concurrent_0", "30", 0.649, 0.806, 17, 2),
+    ]
+    return {
+        "mode": "nvfp4_4over6",
+        "ranks": 2,
+        "status": "pass",
+        "tests": [
+            {
+                "content": content,
+                "finish_reason": "stop",
+                "first_content_seconds": first,
+                "name": name,
+                "passed": True,
+                "reasoning": "",
+                "total_seconds": total,
+                "usage": {
+                    "completion_tokens": out,
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                    "prompt_tokens": prompt,
+                    "total_tokens": prompt + out,
+                },
+            }
+            for name, content, first, total, prompt, out in tests
+        ],
+        "validation_date": "2026-09-22",
+    }
+
+
+def test_timed_results_with_a_content_key_are_not_called_a_dataset(tmp_path: Path) -> None:
+    # validate told it "is a load tool's input dataset, 3 prompt(s) to send (under 'tests':
+    # content, finish_reason, first_content_seconds, ...) ... not a recording: no request's send
+    # or measured time is in it", though each holds its time to first content and its whole time
+    path = tmp_path / "serving-results.json"
+    path.write_text(json.dumps(_smoke_results(), indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds 3 per-request result(s) in a layout of no tool kvbudget reads (under 'tests': "
+        "first_content_seconds, total_seconds, content, ...), with no send time among their keys"
+    ) in said
+    assert "input dataset" not in said and "measured time is in it" not in said
+    assert "timestamps less the send's" not in said  # durations, not timestamps
+    result = CliRunner().invoke(app, ["validate", "--records", str(path)])
+    assert result.exit_code == 2 and "per-request result(s)" in result.output
+    # the same prompts without their times are still a dataset
+    untimed = _smoke_results()
+    untimed["tests"] = [
+        {k: v for k, v in t.items() if not k.endswith("_seconds")}
+        for t in untimed["tests"]  # type: ignore[attr-defined]
+    ]
+    path.write_text(json.dumps(untimed))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "is a load tool's input dataset, 3 prompt(s) to send" in str(err.value)
