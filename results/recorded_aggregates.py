@@ -122,9 +122,27 @@ def _figures(value: object) -> bool:
     if not isinstance(value, list) or len(value) < 2:
         return False
     first = value[0]
+    if isinstance(first, Mapping) and _measured_request(first):
+        return True
     if isinstance(first, Mapping):  # a request's flat figures, not a run's or a point's
         return not any(_is_stat(str(k)) for k in first) and not _first_objects("", first)
     return any(isinstance(x, int | float | list) for x in value[:8])
+
+
+def _measured_request(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is one request's measurement, whatever rates or objects of its own it
+    holds: a measured time (:func:`_timed`) and its token counts among its keys, no summary
+    word (a home-made harness's ``cases``, github.com/jodyalbritton/dgx-spark-model-bench
+    125e6fb ``results/2026-09-10-baseline/raw/throughput-*.json``: each case's ``ttft_ms``,
+    ``duration_ms``, ``prompt_tokens``, ``completion_tokens`` beside its own ``decode_tok_s``
+    and an ``acceptance`` object, which kvbudget called "aggregate figures (cases[0].
+    decode_tok_s, ...), not per-request records")."""
+    keys = [str(k) for k in item]
+    counted = any(
+        "tokens" in words and words & {"prompt", "completion", "input", "output"}
+        for words in (set(_words(k)) for k in keys)
+    )
+    return counted and any(map(_timed, keys)) and not any(map(_summarises, keys))
 
 
 def _first_objects(where: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:

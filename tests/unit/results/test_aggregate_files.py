@@ -848,3 +848,61 @@ def test_timed_results_with_a_content_key_are_not_called_a_dataset(tmp_path: Pat
     with pytest.raises(TraceError) as err:
         read_recording(path)
     assert "is a load tool's input dataset, 3 prompt(s) to send" in str(err.value)
+
+
+def _harness_cases() -> dict[str, object]:
+    """A home-made harness's run, shaped as github.com/jodyalbritton/dgx-spark-model-bench
+    125e6fb ``results/2026-09-10-baseline/raw/throughput-glm53-flash-exl3-r1.json`` (no
+    licence found: reproduced, not copied): its summary by arm, then one case a request, each
+    with its TTFT, duration and token counts beside its own decode rate and acceptance."""
+
+    def case(arm: str, prompt: int, out: int, ttft_ms: int, duration_ms: int) -> dict[str, object]:
+        return {
+            "ok": True,
+            "seq": 1,
+            "max_tokens": 900,
+            "acceptance": {"drafts": 262, "accepted_tokens": 640, "acceptance_rate": 0.349},
+            "prompt_tokens": prompt,
+            "cached_tokens": 0,
+            "completion_tokens": out,
+            "duration_ms": duration_ms,
+            "decode_tok_s": 30.71,
+            "ttft_ms": ttft_ms,
+            "finish_reason": "length",
+            "arm": arm,
+            "prefill_tok_s": 836.4,
+        }
+
+    return {
+        "label": "glm53-flash-exl3-r1",
+        "kind": "throughput",
+        "summary": {
+            "failed": 0,
+            "by_arm": {"ingest": {"n": 3, "decode_tok_s": 29.84, "prefill_tok_s": 974.1}},
+        },
+        "cases": [
+            case("synthetic", 1222, 900, 1461, 30736),
+            case("json_free", 61, 711, 389, 31499),
+            case("prose", 31, 900, 270, 34107),
+        ],
+    }
+
+
+def test_requests_with_rates_of_their_own_are_not_called_aggregates(tmp_path: Path) -> None:
+    # validate told it "holds aggregate figures (cases[0].decode_tok_s, cases[0].prefill_tok_s,
+    # summary.by_arm.ingest.decode_tok_s, ...), not per-request records"
+    path = tmp_path / "throughput-glm53-flash-exl3-r1.json"
+    path.write_text(json.dumps(_harness_cases(), indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds 3 per-request result(s) in a layout of no tool kvbudget reads (under 'cases': "
+        "duration_ms, ttft_ms, ok, ...), with no send time among their keys"
+    ) in said
+    assert "aggregate figures" not in said
+    # its summary alone is still aggregate figures
+    path.write_text(json.dumps({k: v for k, v in _harness_cases().items() if k != "cases"}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "holds aggregate figures (summary.by_arm.ingest.decode_tok_s" in str(err.value)
