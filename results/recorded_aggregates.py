@@ -122,9 +122,27 @@ def _figures(value: object) -> bool:
     if not isinstance(value, list) or len(value) < 2:
         return False
     first = value[0]
+    if isinstance(first, Mapping) and _measured_request(first):
+        return True
     if isinstance(first, Mapping):  # a request's flat figures, not a run's or a point's
         return not any(_is_stat(str(k)) for k in first) and not _first_objects("", first)
     return any(isinstance(x, int | float | list) for x in value[:8])
+
+
+def _measured_request(item: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is one request's measurement, whatever rates or objects of its own it
+    holds: a measured time (:func:`_timed`) and its token counts among its keys, no summary
+    word (a home-made harness's ``cases``, github.com/jodyalbritton/dgx-spark-model-bench
+    125e6fb ``results/2026-09-10-baseline/raw/throughput-*.json``: each case's ``ttft_ms``,
+    ``duration_ms``, ``prompt_tokens``, ``completion_tokens`` beside its own ``decode_tok_s``
+    and an ``acceptance`` object, which kvbudget called "aggregate figures (cases[0].
+    decode_tok_s, ...), not per-request records")."""
+    keys = [str(k) for k in item]
+    counted = any(
+        "tokens" in words and words & {"prompt", "completion", "input", "output"}
+        for words in (set(_words(k)) for k in keys)
+    )
+    return counted and any(map(_timed, keys)) and not any(map(_summarises, keys))
 
 
 def _first_objects(where: str, obj: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -225,6 +243,13 @@ SEND_WORDS = frozenset(
 """Words of a key that may hold when a request was sent."""
 FINISH_WORDS = frozenset({"complete", "completed", "end", "finish", "finished", "done"})
 """Words of a key that may hold when a request's answer ended (``t_complete``, ``end_time``)."""
+FIRST_OUTPUT_WORDS = frozenset({"token", "chunk", "content", "byte", "output"})
+"""Words beside ``first`` that name a request's first output (its first token, chunk, content
+delta or byte): when it came, or how long after the send."""
+DURATION_UNITS = frozenset({"s", "sec", "secs", "seconds", "ms", "millis", "milliseconds"})
+"""Words of a key that give it a unit of time."""
+ELAPSED_WORDS = frozenset({"total", "elapsed", "duration", "wall"})
+"""Words of a key that, with a unit of time, name a request's whole measured time."""
 NOT_A_TIME = frozenset({"token", "tokens", "text", "reason", "id", "batch"})
 """Words of a key that is no request's time though a finish word is among them
 (``finish_reason``, ``batch_t_end``)."""
@@ -235,13 +260,25 @@ def _timed(key: str) -> bool:
     ``e2e_latency``), or a timestamp of its first token or of its end (``t_first_token``,
     ``t_complete``: a home-made harness's per-request results, github.com/maerory/vllm-bench
     9c1f1d8 ``results/*-vllm-c16.json``, beside its ``t_request_sent``, which kvbudget told
-    to "pass a format", though none fits)."""
+    to "pass a format", though none fits), or a duration of one (:func:`_duration`)."""
     words = set(_words(key))
     return bool(
         LATENCY_WORDS & words
-        or ("first" in words and words & {"token", "chunk"})
+        or ("first" in words and words & FIRST_OUTPUT_WORDS)
         or (FINISH_WORDS & words and not NOT_A_TIME & words)
+        or _duration(key)
     )
+
+
+def _duration(key: str) -> bool:
+    """Whether a request's key names a measured duration in a unit of time: the time to its
+    first output or its whole time (``first_content_seconds``, ``total_seconds``,
+    ``elapsed_ms``: a home-made smoke test's per-request results, github.com/coolbho3k/
+    DeepSeek-v4.1-Flash-2x-DGX-Spark 1c1c7eb ``release/experimental/nvfp4_kv/
+    serving-results.json``, which kvbudget called a load tool's input dataset with "no
+    request's send or measured time in it")."""
+    words = set(_words(key))
+    return bool(DURATION_UNITS & words and (ELAPSED_WORDS | {"first"}) & words)
 
 
 def _object_lists(doc: object) -> list[tuple[str, list[Mapping[str, Any]]]]:
@@ -272,6 +309,9 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
     hold as many per-request results as objects, with the summary's keys shown as theirs: the
     two are now told apart."""
     for where, items in _object_lists(doc):
+        runs = _runs_said(items)
+        if runs:
+            return f"holds aggregate figures, one JSON object a run ({where}{runs}), {NEEDED}"
         summary = len(items) > 1 and _summary_ahead(items[0], items[1])
         said = _requests_said([str(k) for k in items[1 if summary else 0]])
         if said:
@@ -288,6 +328,20 @@ def unknown_requests_refusal(doc: object, *, one_a_line: bool = False) -> str | 
             f"holds per-request results, one a line, in a layout of no tool kvbudget reads ({one}"
         )
     return None
+
+
+def _runs_said(items: list[Mapping[str, Any]]) -> str | None:
+    """The summary keys of objects that are each a run's aggregate figures (two or more of
+    every object's keys, of its first 8, a percentile, a mean or a median: a harness's sweep
+    written as one JSON array, github.com/sfxnz/DeepSeek-V4.1-Flash-EXL3-vLLM-2x-DGX-Spark
+    2d2a4d9 ``results/2026-09-24-review/campaign/*/04-bench-decode.summary.json``, each
+    object's ``median_decode_tok_s``, ``median_ms_per_step`` and ``ttft_s_p50`` at one phase
+    and concurrency, which kvbudget said "holds 2 per-request result(s)"); None otherwise, as
+    for JSON lines (:func:`aggregate_line_refusal`)."""
+    summaries = [[k for k in map(str, item) if _summarises(k)] for item in items[:8]]
+    if any(len(keys) < 2 for keys in summaries):
+        return None
+    return _said(summaries[0])
 
 
 def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
@@ -428,7 +482,7 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
         + (
             "; ttft_s and e2e_s are times from the send: the first token's and the end's "
             "timestamps less the send's"
-            if any(not LATENCY_WORDS & set(_words(k)) for k in timed)
+            if any(not LATENCY_WORDS & set(_words(k)) and not _duration(k) for k in timed)
             else ""
         )
         + ") or pass a load tool's per-request file"

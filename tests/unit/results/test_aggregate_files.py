@@ -156,7 +156,7 @@ def test_per_request_results_of_no_known_tool_say_what_to_write(tmp_path: Path, 
     assert (
         "holds 3 per-request result(s) in a layout of no tool kvbudget reads ("
         + ("under 'requests': " if wrap else "")
-        + "ttft_ms, request_id, prompt_len, ...)"
+        + "ttft_ms, total_ms, request_id, ...)"  # both its measured times first
     ) in said
     assert "with no send time among their keys" in said and "generic records format" in said
     assert "pass a format" not in said
@@ -737,3 +737,172 @@ def test_guidellm_results_parser_output_is_named(tmp_path: Path, doc: Any, reque
     assert NEEDS not in said and "no tool kvbudget reads" not in said
     # the report it points to is read: the repository's own example_output/benchmarks.json
     assert read_recording(PUBLISHED_REPORT).tool == "guidellm"
+
+
+def _decode_sweep() -> list[dict[str, object]]:
+    """A harness's sweep written as one JSON array, shaped as github.com/sfxnz/
+    DeepSeek-V4.1-Flash-EXL3-vLLM-2x-DGX-Spark 2d2a4d9 ``results/2026-09-24-review/campaign/
+    s2-old-fresh/04-bench-decode.summary.json`` (no licence found: reproduced, not copied):
+    one object a phase and concurrency, its medians and a TTFT percentile."""
+    return [
+        {
+            "phase": phase,
+            "concurrency": c,
+            "median_decode_tok_s": 37.1 / c,
+            "median_agg_tok_s": 37.1,
+            "median_run_acceptance_len": 2.53,
+            "median_ms_per_step": 67.8 * c,
+            "post_eos_fraction": 0.57,
+            "ttft_s_p50": 0.263,
+            "natural_completion_tokens": 86,
+        }
+        for phase in ("prose", "structured")
+        for c in (1, 2)
+    ]
+
+
+def test_a_json_array_of_runs_is_said_to_be_aggregates(tmp_path: Path) -> None:
+    # validate and report told it "holds 4 per-request result(s) in a layout of no tool
+    # kvbudget reads (ttft_s_p50, phase, concurrency, ...), with no send time among their keys"
+    path = tmp_path / "04-bench-decode.summary.json"
+    path.write_text(json.dumps(_decode_sweep(), indent=1))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds aggregate figures, one JSON object a run (median_decode_tok_s, "
+        "median_agg_tok_s, median_run_acceptance_len, ...)"
+    ) in said
+    assert NEEDS in said and "per-request result" not in said
+    result = CliRunner().invoke(app, ["validate", "--records", str(path)])
+    assert result.exit_code == 2 and "one JSON object a run" in result.output
+    assert "Traceback" not in result.output
+    # one object of requests among them (no summary of its own): not a list of runs
+    requests = [{"ttft_ms": 90.0 + i, "total_ms": 5260.8, "prompt_len": 8} for i in range(2)]
+    path.write_text(json.dumps([*_decode_sweep()[:1], *requests]))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "one JSON object a run" not in str(err.value)
+
+
+def _smoke_results() -> dict[str, object]:
+    """A home-made smoke test's per-request results, shaped as github.com/coolbho3k/
+    DeepSeek-v4.1-Flash-2x-DGX-Spark 1c1c7eb ``release/experimental/nvfp4_kv/
+    serving-results.json`` (no licence found: reproduced, not copied): each test's answer,
+    its time to the first content and its whole time in seconds, and the server's usage."""
+    tests = [
+        ("arithmetic", "323", 0.332, 0.859, 18, 2),
+        ("long_prefill_retrieval", "AMBER-731", 5.815, 5.995, 6036, 5),
+        ("concurrent_0", "30", 0.649, 0.806, 17, 2),
+    ]
+    return {
+        "mode": "nvfp4_4over6",
+        "ranks": 2,
+        "status": "pass",
+        "tests": [
+            {
+                "content": content,
+                "finish_reason": "stop",
+                "first_content_seconds": first,
+                "name": name,
+                "passed": True,
+                "reasoning": "",
+                "total_seconds": total,
+                "usage": {
+                    "completion_tokens": out,
+                    "completion_tokens_details": {"reasoning_tokens": 0},
+                    "prompt_tokens": prompt,
+                    "total_tokens": prompt + out,
+                },
+            }
+            for name, content, first, total, prompt, out in tests
+        ],
+        "validation_date": "2026-09-22",
+    }
+
+
+def test_timed_results_with_a_content_key_are_not_called_a_dataset(tmp_path: Path) -> None:
+    # validate told it "is a load tool's input dataset, 3 prompt(s) to send (under 'tests':
+    # content, finish_reason, first_content_seconds, ...) ... not a recording: no request's send
+    # or measured time is in it", though each holds its time to first content and its whole time
+    path = tmp_path / "serving-results.json"
+    path.write_text(json.dumps(_smoke_results(), indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds 3 per-request result(s) in a layout of no tool kvbudget reads (under 'tests': "
+        "first_content_seconds, total_seconds, content, ...), with no send time among their keys"
+    ) in said
+    assert "input dataset" not in said and "measured time is in it" not in said
+    assert "timestamps less the send's" not in said  # durations, not timestamps
+    result = CliRunner().invoke(app, ["validate", "--records", str(path)])
+    assert result.exit_code == 2 and "per-request result(s)" in result.output
+    # the same prompts without their times are still a dataset
+    untimed = _smoke_results()
+    untimed["tests"] = [
+        {k: v for k, v in t.items() if not k.endswith("_seconds")}
+        for t in untimed["tests"]  # type: ignore[attr-defined]
+    ]
+    path.write_text(json.dumps(untimed))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "is a load tool's input dataset, 3 prompt(s) to send" in str(err.value)
+
+
+def _harness_cases() -> dict[str, object]:
+    """A home-made harness's run, shaped as github.com/jodyalbritton/dgx-spark-model-bench
+    125e6fb ``results/2026-09-10-baseline/raw/throughput-glm53-flash-exl3-r1.json`` (no
+    licence found: reproduced, not copied): its summary by arm, then one case a request, each
+    with its TTFT, duration and token counts beside its own decode rate and acceptance."""
+
+    def case(arm: str, prompt: int, out: int, ttft_ms: int, duration_ms: int) -> dict[str, object]:
+        return {
+            "ok": True,
+            "seq": 1,
+            "max_tokens": 900,
+            "acceptance": {"drafts": 262, "accepted_tokens": 640, "acceptance_rate": 0.349},
+            "prompt_tokens": prompt,
+            "cached_tokens": 0,
+            "completion_tokens": out,
+            "duration_ms": duration_ms,
+            "decode_tok_s": 30.71,
+            "ttft_ms": ttft_ms,
+            "finish_reason": "length",
+            "arm": arm,
+            "prefill_tok_s": 836.4,
+        }
+
+    return {
+        "label": "glm53-flash-exl3-r1",
+        "kind": "throughput",
+        "summary": {
+            "failed": 0,
+            "by_arm": {"ingest": {"n": 3, "decode_tok_s": 29.84, "prefill_tok_s": 974.1}},
+        },
+        "cases": [
+            case("synthetic", 1222, 900, 1461, 30736),
+            case("json_free", 61, 711, 389, 31499),
+            case("prose", 31, 900, 270, 34107),
+        ],
+    }
+
+
+def test_requests_with_rates_of_their_own_are_not_called_aggregates(tmp_path: Path) -> None:
+    # validate told it "holds aggregate figures (cases[0].decode_tok_s, cases[0].prefill_tok_s,
+    # summary.by_arm.ingest.decode_tok_s, ...), not per-request records"
+    path = tmp_path / "throughput-glm53-flash-exl3-r1.json"
+    path.write_text(json.dumps(_harness_cases(), indent=2))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    said = str(err.value)
+    assert (
+        "holds 3 per-request result(s) in a layout of no tool kvbudget reads (under 'cases': "
+        "duration_ms, ttft_ms, ok, ...), with no send time among their keys"
+    ) in said
+    assert "aggregate figures" not in said
+    # its summary alone is still aggregate figures
+    path.write_text(json.dumps({k: v for k, v in _harness_cases().items() if k != "cases"}))
+    with pytest.raises(TraceError) as err:
+        read_recording(path)
+    assert "holds aggregate figures (summary.by_arm.ingest.decode_tok_s" in str(err.value)
