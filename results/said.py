@@ -349,17 +349,10 @@ def _defaults(name: Any) -> str:
 
 
 def _shown_path(source: Any) -> str:
-    """A trace's file as a user would type it here: relative to the working directory where
-    that is shorter than the absolute path a scenario resolves it to (``summary.json`` keeps
-    the absolute one)."""
-    text = str(source)
-    if not os.path.isabs(text):
-        return text
-    try:
-        rel = os.path.relpath(text)
-    except ValueError:  # another drive (Windows)
-        return text
-    return rel if len(rel) < len(text) else text
+    """A trace's file by its name: a scenario resolves the path to an absolute one, which is
+    this machine's and not what the user typed (``summary.json``'s ``workload.mix.source``
+    keeps it whole)."""
+    return os.path.basename(str(source)) or str(source)
 
 
 def mix_said(name: Any, mix: Mapping[str, Any], seed: Any = None) -> str:
