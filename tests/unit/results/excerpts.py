@@ -42,6 +42,14 @@ def _aiperf(records: Path) -> None:
     summary.write_text(json.dumps(doc))
 
 
+def _genai_bench(doc: dict[str, Any]) -> None:
+    reqs = doc["individual_request_metrics"]
+    errors = sum(1 for r in reqs if r.get("error_code") not in (None, 200))
+    doc["aggregated_metrics"].update(
+        num_requests=len(reqs), num_completed_requests=len(reqs) - errors, num_error_requests=errors
+    )
+
+
 def _guidellm(doc: dict[str, Any]) -> None:
     for bench in doc["benchmarks"]:
         listed = {k: len(v) for k, v in bench["requests"].items() if isinstance(v, list)}
@@ -79,6 +87,8 @@ def set_excerpt_counts(path: Path) -> None:
         doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         if isinstance(doc, dict) and isinstance(doc.get("input_lens"), list):
             _vllm(doc)
+        elif isinstance(doc, dict) and isinstance(doc.get("individual_request_metrics"), list):
+            _genai_bench(doc)
         elif isinstance(doc, dict) and isinstance(doc.get("benchmarks"), list):
             _guidellm(doc)
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -202,4 +203,49 @@ def test_inference_perf_stage_short_of_its_count_is_refused_by_stage(tmp_path: P
     assert str(info.value) == (
         f"{path}: holds 7 requests of stage 1, but stage_1_lifecycle_metrics.json beside it "
         "counts 8 (load_summary.count): requests missing (a cut or partly copied file?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("run", "name", "rows", "count"),
+    [
+        ("closed", "D32_128_text-to-text_num_concurrency_2_time_3s.json", 13, 14),
+        ("two_scenarios", "D64_128_text-to-text_num_concurrency_1_time_2s.json", 7, 8),
+    ],
+)
+def test_genai_bench_run_shorter_than_its_count_is_refused(
+    tmp_path: Path, run: str, name: str, rows: int, count: int
+) -> None:
+    shutil.copytree(REC / "genai-bench-0.0.5" / run, tmp_path / run)
+    path = tmp_path / run / name
+    doc = json.loads(path.read_text())
+    del doc["individual_request_metrics"][-1]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as info:
+        read_recording(tmp_path / run)
+    assert str(info.value) == (
+        f"{path}: field 'individual_request_metrics': lists {rows} requests, but its own count "
+        f"says {count} (aggregated_metrics.num_requests): requests missing (a cut or partly "
+        "copied file?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("run", "rows", "count"),
+    [("capped/parallel_2_number_12", 11, 12), ("sweep/parallel_1_number_8", 7, 8)],
+)
+def test_evalscope_database_short_of_its_summary_is_refused(
+    tmp_path: Path, run: str, rows: int, count: int
+) -> None:
+    shutil.copytree(REC / "evalscope-1.14.1" / run, tmp_path / "run")
+    db = tmp_path / "run" / "benchmark_data.db"
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM result WHERE rowid = (SELECT MAX(rowid) FROM result)")
+    con.commit()
+    con.close()
+    with pytest.raises(TraceError) as info:
+        read_recording(tmp_path / "run")
+    assert str(info.value) == (
+        f"{db}: its result table holds {rows} requests, but benchmark_summary.json beside it "
+        f"counts {count} (Total Requests): requests missing (a cut or partly copied file?)"
     )
