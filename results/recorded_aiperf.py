@@ -1115,6 +1115,7 @@ def read_aiperf(path: Path, default_tier: str,
         status.append(_status(rec, meta))
     _refuse_far_sends(path, records, start)
     _refuse_repeated_requests(path, records)
+    _refuse_fewer_records(path, status)
     _refuse_unstreamed(path, ttft, e2e)
     rec = _recording(path, records, prompt, output, start, ttft, e2e, itl, status,
                      from_server, default_tier, max_output_rule, end, issued)
@@ -1182,6 +1183,38 @@ def _warmup_failed_note(status: list[str], kept: npt.NDArray[np.bool_]) -> str:
             f"profiling phase's): kept apart as failed in the warm-up stage (status "
             f"'{WARMUP_FAILED_PREFIX}...', counted num_warmup_failed); {num_kept} of them "
             f"simulated (with output tokens), {num - num_kept} not (no output)")
+
+
+def _summary_count(summary: Mapping[str, Any], tag: str) -> int | None:
+    """A count metric of AIPerf's summary (``tag``'s ``avg``, at the top or, in the 0.1.x
+    layout, under ``records``), or None where it has none."""
+    found = summary.get(tag, dig(summary, "records", tag))
+    value = found.get("avg") if isinstance(found, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value >= 0 and value == int(value)):
+        return None
+    return int(value)
+
+
+def _refuse_fewer_records(path: Path, status: list[str]) -> None:
+    """Refuse records fewer than the summary beside them counts. AIPerf counts the profiling
+    phase's records: ``request_count`` the valid ones, ``error_request_count`` the failed and
+    cancelled ones (0.13.0 aiperf/metrics/types/request_count_metric.py:8-19,
+    error_request_count.py:8-19, completed_request_count_metric.py:12-22: "Successful plus
+    failed requests"), and its JSONL writer writes each of them, an error one always
+    (post_processors/record_export_jsonl_writer.py:66-75); a warm-up record is counted in
+    ``warmup_metrics``, not here. A copy with records cut otherwise reads as a smaller run."""
+    summary = _summary(path)
+    valid = _summary_count(summary, "request_count")
+    if valid is None:
+        return
+    errors = _summary_count(summary, "error_request_count") or 0
+    measured = sum(1 for s in status if s in ("completed", "cancelled") or s.startswith("error"))
+    if measured < valid + errors:
+        raise TraceError(path, f"holds {measured} profiling records, but the summary beside it "
+                         f"({_summary_path(path).name}) counts {valid + errors} (request_count "
+                         f"{valid}, error_request_count {errors}): records missing (a cut or "
+                         "partly copied file?)")
 
 
 def _error_text(rec: Any) -> str:

@@ -184,7 +184,29 @@ def _select(db: Path) -> tuple[list[str], list[tuple[Any, ...]]]:
         con.close()
     if not rows:
         raise TraceError(db, "its result table holds no request")
+    _refuse_fewer_rows(db, len(rows))
     return wanted, rows
+
+
+def _refuse_fewer_rows(db: Path, n: int) -> None:
+    """Refuse a database holding fewer requests than the run's ``benchmark_summary.json``
+    beside it counts (``Total Requests``). evalscope 1.14.1 writes each measured request to
+    the database as it counts it (``perf/core/metrics_consumer.py:111-119``:
+    ``accumulator.update`` then ``insert_benchmark_data``; ``utils/benchmark_util.py:258``
+    ``n_total += 1``, summed as ``total_requests`` :436, ``Total Requests`` :553), a warm-up
+    one in neither: a copy with rows lost otherwise reads as a smaller run."""
+    summary = db.with_name("benchmark_summary.json")
+    if not summary.is_file():
+        return
+    try:
+        doc = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return  # not read for anything else: its count unknown
+    total = doc.get("Total Requests") if isinstance(doc, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total > n:
+        raise TraceError(db, f"its result table holds {n} requests, but {summary.name} beside "
+                         f"it counts {total} (Total Requests): requests missing (a cut or "
+                         "partly copied file?)")
 
 
 def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:

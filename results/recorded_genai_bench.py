@@ -399,17 +399,19 @@ def _stage(run: _Run, meta: Mapping[str, Any], start_s: float,
                          time_limit_end_s=start_s + run.run_s, grace_s=0.0)
 
 
-def _cut_runs(runs: Sequence[_Run]) -> list[str]:
-    """A note for each run whose file lists fewer requests than genai-bench counted in it
+def _refuse_cut_runs(runs: Sequence[_Run]) -> None:
+    """Refuse a run whose file lists fewer requests than genai-bench counted in it
     (``aggregated_metrics.num_requests``: genai-bench 0.0.5 ``metrics/
     aggregated_metrics_collector.py`` counts each request it appends to the list it saves as
     ``individual_request_metrics``, completed :41-56 or errored :251, their sum :277-280, the
-    list saved whole :327-334): the file was cut down after."""
-    return [f"{r.path.name} lists {len(r.errors)} of the {r.num_counted} requests its "
-            "aggregated_metrics count (cut down after genai-bench wrote it): only those are "
-            "simulated, a lighter load than the server saw, and the measured figures are "
-            "theirs alone" for r in runs
-            if r.num_counted is not None and r.num_counted > len(r.errors)]
+    list saved whole :327-334): the file was cut after (it was read with a note, a smaller
+    run than the server saw)."""
+    for r in runs:
+        if r.num_counted is not None and r.num_counted > len(r.errors):
+            raise TraceError(r.path, f"lists {len(r.errors)} requests, but its own count says "
+                             f"{r.num_counted} (aggregated_metrics.num_requests): requests "
+                             "missing (a cut or partly copied file?)",
+                             field="individual_request_metrics")
 
 
 def _missing_runs(meta: Mapping[str, Any], runs: Sequence[_Run]) -> list[str]:
@@ -499,7 +501,7 @@ def read_genai_bench(path: Path, default_tier: str,
     _refuse(meta, meta_path, runs)
     opts = _cmd_options(meta)
     notes = _missing_runs(meta, runs) if path.is_dir() or path.name == METADATA else []
-    notes += _cut_runs(runs)
+    _refuse_cut_runs(runs)
     stages, sent_parts, start = [], [], 0.0
     for run in runs:
         sent = _schedule(run)

@@ -702,8 +702,8 @@ def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int]
         made = _counts_table(dig(bench, "scheduler_metrics", "requests_made"))
         kept = sum(listed.values())
         total = sum(int(v) for k, v in made.items() if k in KINDS and isinstance(v, int))
-    else:
-        return _cut_note(bench, label, sum(listed.values()))
+    else:  # every request kept: a report listing fewer is refused (_refuse_cut)
+        return None
     if total <= kept:
         return None
     return (f"{label}: the report kept a sample of {kept} of its {total} requests: the "
@@ -711,17 +711,41 @@ def _sample_note(bench: Mapping[str, Any], label: str, listed: Mapping[str, int]
             "without sampling so that it keeps every request")
 
 
-def _cut_note(bench: Mapping[str, Any], label: str, listed: int) -> str | None:
-    """A report that lists fewer requests than its metrics count (``request_totals``: 0.2-0.3
-    at the benchmark, 0.4+ under ``metrics``) and says of no sample: cut down after GuideLLM
-    wrote it (GuideLLM's own test asset benchmarks_stripped.json counts 47 and lists 1)."""
-    totals = bench.get("request_totals") or dig(bench, "metrics", "request_totals")
-    total = dig(totals, "total") if isinstance(totals, dict) else None
-    if not isinstance(total, int | float) or isinstance(total, bool) or total <= listed:
-        return None
-    return (f"{label}: the report lists {listed} of the {int(total)} requests its metrics "
-            "count (it was cut down after GuideLLM wrote it): the simulation offers only "
-            "those, a lighter load than the server saw; pass the report as GuideLLM wrote it")
+def _refuse_cut(path: Path, benchmarks: list[Any], b: int, version: str,
+                listed: Mapping[str, int]) -> None:
+    """Refuse a benchmark listing fewer requests of a status than its report counts, where the
+    report kept every request (no sample: 0.2-0.3 ``request_samples`` null, 0.4+ no
+    :func:`sample_size`). 0.2-0.3 list what ``request_totals`` counts (warm-up and cool-down
+    left out of both, ``run_stats.requests_made`` counting them: :func:`_unlisted_note`); 0.4+
+    list every successful and errored request ``scheduler_metrics.requests_made`` counts and at
+    least the ones ``metrics.request_totals`` counts (the measured window's); an incomplete
+    one cancelled before it started is in ``requests_made`` and no list (real runs here:
+    0.7.4 and 0.8.1 ``cancelled.json``), so only ``request_totals`` bounds those. A report cut
+    down after GuideLLM wrote it (GuideLLM's own test asset benchmarks_stripped.json counts 47
+    and lists 1) otherwise reads as a smaller run."""
+    bench = benchmarks[b]
+    old = "args" in bench
+    lists = [v for x in benchmarks if isinstance(x, dict) and isinstance(x.get("requests"), dict)
+             for v in x["requests"].values() if isinstance(v, list)]
+    if version == "0.1" or not any(lists) or (
+            bench.get("request_samples") is not None if old
+            else sample_size(bench, version) is not None):
+        return  # a sample, or no request listed at all (refused so, its counts said)
+    totals = _counts_table(bench.get("request_totals") if old
+                           else dig(bench, "metrics", "request_totals"))
+    made = {} if old else _counts_table(dig(bench, "scheduler_metrics", "requests_made"))
+    for kind in KINDS:
+        said = [(v, f"{where}.{kind}") for v, where in (
+            (totals.get(kind), "request_totals" if old else "metrics.request_totals"),
+            (made.get(kind) if kind != "incomplete" else None,
+             "scheduler_metrics.requests_made"))
+            if isinstance(v, int) and not isinstance(v, bool)]
+        count, where = max(said, default=(0, ""))
+        if listed.get(kind, 0) < count:
+            raise TraceError(path, f"lists {listed.get(kind, 0)} {kind} requests, but the "
+                             f"report's own count says {count} ({where}): requests missing "
+                             "(a cut or partly copied file?)",
+                             field=f"benchmarks[{b}].requests.{kind}")
 
 
 def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:
@@ -962,6 +986,7 @@ def read_guidellm(path: Path, default_tier: str,
                 if not _add_request(path, cols, req, where, kind, stage, window, after):
                     counts["num_incomplete_not_simulated"] = counts.get(
                         "num_incomplete_not_simulated", 0) + 1
+        _refuse_cut(path, benchmarks, b, version, listed)
         for note in (_sample_note(bench, stage.label, listed, version),
                      _unlisted_note(bench, stage.label, sum(listed.values())),
                      limit and time_limit_note(

@@ -409,6 +409,31 @@ INFERENCE_PERF_TURNS = ("info.extra_info.user_session, chat_round",
 """How inference-perf's report names a request's turn, and how its turns are replayed."""
 
 
+def _refuse_fewer_rows(path: Path, ids: list[int | None], n: int) -> None:
+    """Refuse a per-request file holding fewer requests than the stage files beside it count.
+    inference-perf writes each stage's ``load_summary.count`` as the number of its requests
+    (0.7.0 inference_perf/reportgen/base.py:694-697, ``len(metrics)``; the requests bucketed
+    by ``stage_id``, :984-1008) and every request in ``per_request_lifecycle_metrics.json``
+    (:1020-1028), failed or not: a copy with requests cut otherwise reads as a smaller run."""
+    counted: list[tuple[int, int, Path]] = []
+    for p in path.parent.glob("stage_*_lifecycle_metrics.json"):
+        m = re.fullmatch(r"stage_(\d+)_lifecycle_metrics\.json", p.name)
+        count = dig(load_json(p), "load_summary", "count") if m else None
+        if m and isinstance(count, int) and not isinstance(count, bool):
+            counted.append((int(m.group(1)), count, p))
+    if all(s is not None for s in ids):
+        for k, count, p in sorted(counted):
+            rows = sum(1 for s in ids if s == k)
+            if rows < count:
+                raise TraceError(path, f"holds {rows} requests of stage {k}, but {p.name} "
+                                 f"beside it counts {count} (load_summary.count): requests "
+                                 "missing (a cut or partly copied file?)")
+    elif counted and n < sum(c for _, c, _ in counted):
+        raise TraceError(path, f"holds {n} requests, but the stage files beside it count "
+                         f"{sum(c for _, c, _ in counted)} (load_summary.count): requests "
+                         "missing (a cut or partly copied file?)")
+
+
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
                                                                      list[RecordedStage],
                                                                      list[str]]:
@@ -416,6 +441,7 @@ def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],
     sessions = _session_replay(path)
     files = _stage_files(path, sessions is not None)
     n = len(start)
+    _refuse_fewer_rows(path, ids, n)
     if sessions:
         counted = files and sum(f[0] for f in files) == n
         labels, stages, notes = _session_stages(start, files if counted else [(n, None, None)],

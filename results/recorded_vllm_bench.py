@@ -335,6 +335,33 @@ def _textless(doc: Mapping[str, Any], errors: list[Any], measured: tuple[FloatAr
             textless)
 
 
+def _refuse_fewer_rows(path: Path, doc: Mapping[str, Any], line: int | None, n: int) -> None:
+    """Refuse a file whose per-request lists hold fewer requests than its own counts. Every
+    list is written from the same ``outputs`` (one entry a request sent, failed or not) beside
+    ``completed``, the successes among them, and in the 0.3x releases ``failed``, the rest
+    (vLLM 0.32.0 vllm/benchmarks/serve.py:677-678 and :1281-1290; 0.6.6.post1
+    benchmarks/benchmark_serving.py:458, :682-690; SGLang 0.5.9 python/sglang/bench_serving.py
+    :2142, :2686, :2742): a copy with the same request cut from every list otherwise reads as a
+    smaller run. Where ``failed`` is not written (0.10.2 and before, SGLang), the requests with
+    an error stand for it: the clients write one only on a failure (0.6.6.post1
+    benchmarks/backend_request_func.py:296-300), so a cut failure with an empty one is not
+    seen. ``num_prompts`` is not compared: the datasets may give fewer prompts than asked
+    (0.6.6's ShareGPT sampler stops where the dataset runs out, benchmark_serving.py:109-111)."""
+    completed, failed = doc.get("completed"), doc.get("failed")
+    if not isinstance(completed, int) or isinstance(completed, bool):
+        return
+    said = "failed"
+    if not isinstance(failed, int) or isinstance(failed, bool) or failed < 0:
+        errors = doc.get("errors")
+        failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
+        said = "with an error"
+    if completed + failed > n:
+        raise TraceError(path, f"the lists hold {n} requests, but the file's own counts say "
+                         f"{completed + failed} were sent (completed {completed}, {failed} {said}"
+                         "): requests missing (a cut or partly copied file?)",
+                         **_where(line, "input_lens"))
+
+
 def _reasonless_failures(path: Path, doc: Mapping[str, Any], line: int | None,
                          measured: tuple[FloatArray, FloatArray, FloatArray],
                          failed: np.ndarray[Any, np.dtype[np.bool_]],
@@ -684,6 +711,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
     n = len(prompt)
+    _refuse_fewer_rows(path, doc, line, n)
     output = _numbers(path, doc, "output_lens", n, line)
     ttft = _numbers(path, doc, "ttfts", n, line)
     assert output is not None and ttft is not None

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.perf.models import ModelConfigError, model_from_config
+from tests.unit.results.excerpts import excerpt_copy
 
 CONFIGS = Path(__file__).resolve().parents[3] / "perf" / "model_configs"
 PUBLISHED = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
@@ -67,7 +68,8 @@ def test_the_published_run_validates_with_its_models_config(tmp_path: Path) -> N
     model = tmp_path / "config.json"
     model.write_text(json.dumps(_config("Llama-3.1-405B", FBGEMM)))
     result = CliRunner().invoke(app, [
-        "validate", "--records", str(PUBLISHED / "dstack-vllm-405b-fp8-16qps-excerpt.json"),
+        "validate", "--records", str(excerpt_copy(
+            PUBLISHED / "dstack-vllm-405b-fp8-16qps-excerpt.json", tmp_path)),
         "--model", str(model), "--gpu", "H100", "-tp", "8", "--out", str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
     assert "weights bfloat16 (ASSUMED" not in result.stderr.replace("\n  ", " ")

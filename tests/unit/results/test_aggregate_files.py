@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.excerpts import excerpt_copy
 
 NEEDS = "not per-request records: kvbudget replays each request"
 
@@ -736,7 +737,7 @@ def test_guidellm_results_parser_output_is_named(tmp_path: Path, doc: Any, reque
     assert (held in said) == bool(requests)
     assert NEEDS not in said and "no tool kvbudget reads" not in said
     # the report it points to is read: the repository's own example_output/benchmarks.json
-    assert read_recording(PUBLISHED_REPORT).tool == "guidellm"
+    assert read_recording(excerpt_copy(PUBLISHED_REPORT, tmp_path)).tool == "guidellm"
 
 
 def _decode_sweep() -> list[dict[str, object]]:

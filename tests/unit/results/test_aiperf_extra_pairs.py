@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 
 from kvbudget.results.recordings import read_recording
+from tests.unit.results.excerpts import excerpt_copy, set_excerpt_counts
 
 EXCERPT = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
            / "aiperf-qwen-concurrency1-excerpt")
 
 
-def test_the_published_runs_extra_input_pairs_are_read() -> None:
-    rec = read_recording(EXCERPT / "profile_export.jsonl")
+def test_the_published_runs_extra_input_pairs_are_read(tmp_path: Path) -> None:
+    rec = read_recording(excerpt_copy(EXCERPT, tmp_path) / "profile_export.jsonl")
     assert rec.config["ignore_eos"] is True
 
 
@@ -29,6 +30,7 @@ def test_a_max_tokens_pair_is_each_requests_setting(tmp_path: Path) -> None:
     (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
     (tmp_path / "profile_export.jsonl").write_text(
         (EXCERPT / "profile_export.jsonl").read_text())
+    set_excerpt_counts(tmp_path / "profile_export.jsonl")
     rec = read_recording(tmp_path / "profile_export.jsonl")
     assert rec.config["max_tokens"] == 256 and rec.config["ignore_eos"] is True
     assert "max_tokens: the tool's recorded setting for every request" in rec.notes
@@ -41,15 +43,16 @@ def test_pairs_that_are_no_pairs_are_not_read(tmp_path: Path) -> None:
     (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
     (tmp_path / "profile_export.jsonl").write_text(
         (EXCERPT / "profile_export.jsonl").read_text())
+    set_excerpt_counts(tmp_path / "profile_export.jsonl")
     rec = read_recording(tmp_path / "profile_export.jsonl")
     assert "ignore_eos" not in rec.config
     # the run's fixed output length (--output-tokens-mean 200, stddev 0), not a pair
     assert rec.config["max_tokens"] == 200
 
 
-def test_the_fixed_output_length_is_each_requests_max_tokens() -> None:
+def test_the_fixed_output_length_is_each_requests_max_tokens(tmp_path: Path) -> None:
     # the published run's --output-tokens-mean 200 --output-tokens-stddev 0: AIPerf 0.1.1 sent
     # max_completion_tokens 200 in every body (composer/base.py _set_max_tokens)
-    rec = read_recording(EXCERPT / "profile_export.jsonl")
+    rec = read_recording(excerpt_copy(EXCERPT, tmp_path) / "profile_export.jsonl")
     assert set(rec.workload.max_output_tokens.tolist()) == {200}
     assert "max_tokens: the tool's recorded setting for every request" in rec.notes

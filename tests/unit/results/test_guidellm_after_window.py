@@ -153,6 +153,8 @@ def _warmup_errored(tmp_path: Path) -> tuple[Path, int]:
     requests["successful"].remove(first)
     first["info"].update(status="errored", error="Server disconnected")
     requests["errored"] = [first]
+    made = bench["scheduler_metrics"]["requests_made"]  # as GuideLLM counts them
+    made.update(successful=made["successful"] - 1, errored=made["errored"] + 1)
     path = tmp_path / "errored_warmup.json"
     path.write_text(json.dumps(doc))
     return path, len(requests["successful"]) + 1

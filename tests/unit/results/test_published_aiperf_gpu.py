@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from tests.conftest import unwrapped
+from tests.unit.results.excerpts import excerpt_copy
 
 AIPERF = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "aiperf-0.13.0"
 
@@ -108,11 +109,11 @@ EXCERPT = (Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "pu
            / "aiperf-qwen-concurrency1-excerpt" / "profile_export.jsonl")
 
 
-def test_the_published_runs_gpu_and_idle_user_are_said() -> None:
+def test_the_published_runs_gpu_and_idle_user_are_said(tmp_path: Path) -> None:
     # the published run itself (excerpt): its telemetry's GPU is the recording's, and its
     # one user's 3.07 s wait before its third send (8 % of the run) is said: the measured
     # throughput counts it, the closed-loop replay does not
-    rec = read_recording(EXCERPT)
+    rec = read_recording(excerpt_copy(EXCERPT.parent, tmp_path) / EXCERPT.name)
     assert rec.config["gpu"] == "NVIDIA RTX 6000 Ada Generation"
     assert rec.stages[0].load == "closed" and rec.stages[0].max_concurrency == 1
     idle = [n for n in rec.notes if "sat idle" in n]

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from kvbudget.results.recordings import RecordedStage, read_recording
+from tests.unit.results.excerpts import excerpt_copy, set_excerpt_counts
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
 RUN = PUBLISHED / "aiperf-gpt-oss-20b-cancel10-excerpt"
@@ -20,8 +21,8 @@ RUN = PUBLISHED / "aiperf-gpt-oss-20b-cancel10-excerpt"
 # by json_exporter's model_dump_json(exclude_unset=True), so AIPerf's default 0 held and
 # _set_max_tokens sent ceil(250) in every body. kvbudget required stddev 0 written out and said
 # "max_tokens: its realised output length (... the file records no max_tokens)".
-def test_an_unset_osl_stddev_is_aiperfs_default_zero() -> None:
-    rec = read_recording(RUN / "profile_export.jsonl")
+def test_an_unset_osl_stddev_is_aiperfs_default_zero(tmp_path: Path) -> None:
+    rec = read_recording(excerpt_copy(RUN, tmp_path) / "profile_export.jsonl")
     assert rec.config["max_tokens"] == 250
     assert "max_tokens: the tool's recorded setting for every request" in rec.notes
     assert set(rec.workload.max_output_tokens.tolist()) == {250}
@@ -34,6 +35,7 @@ def test_an_unset_osl_stddev_is_aiperfs_default_zero() -> None:
 
 def test_a_given_osl_stddev_is_still_drawn_per_request(tmp_path: Path) -> None:
     shutil.copytree(RUN, tmp_path / "run")
+    set_excerpt_counts(tmp_path / "run")
     summary = tmp_path / "run" / "profile_export_aiperf.json"
     doc = json.loads(summary.read_text())
     doc["input_config"]["input"]["prompt"]["output_tokens"]["stddev"] = 20.0

@@ -20,6 +20,7 @@ import kvbudget
 from kvbudget.cli.main import app
 from kvbudget.results.recorded_vllm_bench_client import V0_NOTE_SAID
 from kvbudget.results.recordings import read_recording
+from tests.unit.results.excerpts import excerpt_copy
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "fixtures" / "recordings" / "published"
 DSTACK = PUBLISHED / "dstack-vllm-405b-fp8-16qps-excerpt.json"
@@ -29,15 +30,15 @@ def _v0_notes(path: Path) -> list[str]:
     return [n for n in read_recording(path).notes if V0_NOTE_SAID in n]
 
 
-def test_a_v0_era_run_says_the_v0_defaults() -> None:
-    (note,) = _v0_notes(DSTACK)
+def test_a_v0_era_run_says_the_v0_defaults(tmp_path: Path) -> None:
+    (note,) = _v0_notes(excerpt_copy(DSTACK, tmp_path))
     assert note.startswith("the run is dated 2024-11-09, ")
     assert "prefix caching off, max_num_seqs 256" in note
     assert "--set engine.enable_prefix_caching=false, --max-num-seqs 256" in note
 
 
 def test_a_v1_era_run_has_no_such_note(tmp_path: Path) -> None:
-    doc = json.loads(DSTACK.read_text())
+    doc = json.loads(excerpt_copy(DSTACK, tmp_path).read_text())
     doc["date"] = "20250315-000000"  # the day PR #13726 made V1 vLLM's default
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(doc))
@@ -51,7 +52,7 @@ def _said(tmp_path: Path, *flags: str) -> str:
     model = tmp_path / "config.json"
     model.write_text(json.dumps(config))
     out = tmp_path / "v"
-    result = CliRunner().invoke(app, ["validate", "--records", str(DSTACK), "--gpu", "H100",
+    result = CliRunner().invoke(app, ["validate", "--records", str(excerpt_copy(DSTACK, tmp_path)), "--gpu", "H100",
                                       "-tp", "8", "--model", str(model), *flags,
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output

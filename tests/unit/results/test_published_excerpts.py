@@ -18,6 +18,7 @@ from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.validate import simulate_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.excerpts import set_excerpt_counts
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 PUBLISHED = FIXTURES / "published"
@@ -258,6 +259,7 @@ GENAI_BENCH_METADATA = {
 def test_a_genai_bench_result_alone_is_read(tmp_path: Path) -> None:
     path = tmp_path / "D100_100_text-to-text_num_concurrency_1_time_120s.json"
     path.write_text(json.dumps(GENAI_BENCH_RESULT))
+    set_excerpt_counts(path)  # its 1 request of the 10 counted
     rec = read_recording(path)
     assert rec.format == "genai-bench" and len(rec) == 1
     assert [(st.label, st.load, st.max_concurrency) for st in rec.stages] == [

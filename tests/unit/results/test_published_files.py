@@ -712,17 +712,20 @@ def test_guidellm_report_with_emptied_request_lists_says_what_it_counted(
 # github.com/neuralmagic/guidellm tests/unit/entrypoints/assets/benchmarks_stripped.json at
 # a1fe883 (GuideLLM's own test asset, a 0.2-0.3 report cut down by hand): request_totals count
 # 47 requests, the lists hold 1 and request_samples is null; it was simulated as a run of one
-# request with no word of the other 46.
-def test_guidellm_report_cut_down_by_hand_says_how_many_it_lists(tmp_path: Path) -> None:
+# request with no word of the other 46, then read with a note; now refused, as any cut copy.
+def test_guidellm_report_cut_down_by_hand_is_refused(tmp_path: Path) -> None:
     doc = json.loads((FIXTURES / "guidellm-0.3.1" / "benchmarks.json").read_text())
     bench = doc["benchmarks"][0]
-    counted = bench["request_totals"]["total"]
+    counted = bench["request_totals"]["successful"]
     bench["requests"]["successful"] = bench["requests"]["successful"][:1]
     path = tmp_path / "benchmarks.json"
     path.write_text(json.dumps(doc))
-    rec = read_recording(path)
-    assert any(f"the report lists 1 of the {counted} requests its metrics count" in n
-               for n in rec.notes)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value) == (
+        f"{path}: field 'benchmarks[0].requests.successful': lists 1 successful requests, but "
+        f"the report's own count says {counted} (request_totals.successful): requests missing "
+        "(a cut or partly copied file?)")
 
 
 @pytest.mark.parametrize("version", ["0.2.1", "0.3.1", "0.4.0", "0.6.1", "0.8.1"])
@@ -1090,6 +1093,8 @@ def test_guidellm_cancelled_requests_that_streamed_are_simulated_with_their_chun
         silent = json.loads(json.dumps(cut))  # cancelled before its first chunk
         silent["info"]["timings"]["token_iterations"] = 0
         bench["requests"]["incomplete"] = [cut, silent]
+        made = bench["scheduler_metrics"]["requests_made"]  # as GuideLLM counts them
+        made.update(successful=made["successful"] - 1, incomplete=made["incomplete"] + 2)
 
     rec = read_recording(guidellm_0_6(tmp_path, "0.5.0", cancel))
     assert rec.counts["num_output_from_chunks"] == 1
@@ -1115,14 +1120,18 @@ def test_guidellm_sample_requests_of_0_5_4_to_0_6_is_a_sample(tmp_path: Path) ->
 
 def test_guidellm_sample_requests_before_0_5_4_sampled_nothing(tmp_path: Path) -> None:
     # 0.4.0-0.5.3 record sample_requests but keep every request (the accumulators that sample
-    # never receive it): a report listing fewer was cut down after GuideLLM wrote it
+    # never receive it): a report listing fewer was cut down after GuideLLM wrote it, refused
+    # (it was read with a note, a smaller run than the report counts)
     def cut(doc: dict[str, Any], bench: dict[str, Any]) -> None:
         bench["requests"]["successful"] = bench["requests"]["successful"][:10]
         bench["config"]["sample_requests"] = 10
 
-    notes = read_recording(guidellm_0_6(tmp_path, "0.5.0", cut)).notes
-    assert any("cut down after GuideLLM wrote it" in n for n in notes)
-    assert not any("a sample of" in n for n in notes)
+    with pytest.raises(TraceError) as info:
+        read_recording(guidellm_0_6(tmp_path, "0.5.0", cut))
+    assert info.value.field == "benchmarks[0].requests.successful"
+    assert info.value.problem.startswith(
+        "lists 10 successful requests, but the report's own count says 20 "
+        "(scheduler_metrics.requests_made.successful): requests missing")
 
 
 VLLM_ONLY = ("date", "model_id", "tokenizer_id", "endpoint_type", "label", "start_times",

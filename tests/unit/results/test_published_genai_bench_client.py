@@ -24,14 +24,15 @@ from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
 from tests.conftest import unwrapped
+from tests.unit.results.excerpts import excerpt_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 EXCERPT = FIXTURES / "published" / "genai-bench-baseten-gpt-oss-120b-nonstreamed-excerpt"
 CLOSED = FIXTURES / "genai-bench-0.0.5" / "closed"
 
 
-def test_an_unstreamed_runs_placeholder_ttft_is_not_measured() -> None:
-    rec = read_recording(EXCERPT)
+def test_an_unstreamed_runs_placeholder_ttft_is_not_measured(tmp_path: Path) -> None:
+    rec = read_recording(excerpt_copy(EXCERPT, tmp_path))
     measured = rec.measured
     ok = measured["usable"].to_numpy(dtype=bool)
     assert ok.sum() == 10 and rec.counts["num_failed"] == 3
@@ -43,7 +44,7 @@ def test_an_unstreamed_runs_placeholder_ttft_is_not_measured() -> None:
 
 
 def test_validate_compares_no_ttft_of_an_unstreamed_run(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["validate", "--records", str(EXCERPT),
+    result = CliRunner().invoke(app, ["validate", "--records", str(excerpt_copy(EXCERPT, tmp_path)),
                                       "--out", str(tmp_path / "v")])
     assert result.exit_code == 0, result.output
     rows = {r["metric"]: r for r in json.loads(
@@ -93,11 +94,14 @@ def test_an_async_closed_loop_is_said_as_its_runner(tmp_path: Path) -> None:
         n for n in read_recording(CLOSED).notes if n.startswith("no send time"))
 
 
-def test_a_cut_down_run_file_is_said() -> None:
-    # the excerpt lists 13 of the 128 requests its aggregated_metrics count
-    rec = read_recording(EXCERPT)
-    assert any(n.startswith("D8000_700_text-to-text_openai_gpt-oss-120b_num_concurrency_4_time_"
-                            "66s.json lists 13 of the 128 requests its aggregated_metrics count")
-               for n in rec.notes)
+def test_a_cut_down_run_file_is_refused() -> None:
+    # the excerpt lists 13 of the 128 requests its aggregated_metrics count (it was read with
+    # a note, a smaller run than the server saw)
+    with pytest.raises(TraceError) as info:
+        read_recording(EXCERPT)
+    assert str(info.value) == (
+        f"{EXCERPT}/D8000_700_text-to-text_openai_gpt-oss-120b_num_concurrency_4_time_66s.json: "
+        "field 'individual_request_metrics': lists 13 requests, but its own count says 128 "
+        "(aggregated_metrics.num_requests): requests missing (a cut or partly copied file?)")
     # genai-bench's own files list every request they count
-    assert not any("aggregated_metrics count" in n for n in read_recording(CLOSED).notes)
+    assert read_recording(CLOSED).counts["num_rows_read"] == 23

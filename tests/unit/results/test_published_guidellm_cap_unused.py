@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.recordings import read_recording
+from tests.unit.results.excerpts import excerpt_copy
 
 EXCERPT = (
     Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ EXCERPT = (
 
 def _capped(tmp_path: Path, cap: int) -> Path:
     """The excerpt with its constant stage held to ``cap`` in flight."""
-    doc: dict[str, Any] = json.loads(EXCERPT.read_text())
+    doc: dict[str, Any] = json.loads(excerpt_copy(EXCERPT, tmp_path).read_text())
     doc["benchmarks"][0]["args"]["strategy"]["max_concurrency"] = cap
     path = tmp_path / f"benchmarks-cap{cap}.json"
     path.write_text(json.dumps(doc))
@@ -48,13 +49,13 @@ def _peak(path: Path) -> int:
     return max(int(((sent <= t) & (ends > t)).sum()) for t in sent)
 
 
-def test_the_excerpt_keeps_the_published_lags_and_load() -> None:
+def test_the_excerpt_keeps_the_published_lags_and_load(tmp_path: Path) -> None:
     doc = json.loads(EXCERPT.read_text())
     requests = doc["benchmarks"][0]["requests"]
     info = [r["scheduler_info"] for r in requests["successful"] + requests["incomplete"]]
     lag = np.array([i["request_start"] - i["targeted_start_time"] for i in info])
     assert (lag > 0).all() and lag.max() < 0.015
-    assert 20 <= _peak(EXCERPT) <= 30
+    assert 20 <= _peak(excerpt_copy(EXCERPT, tmp_path)) <= 30
 
 
 def test_a_cap_never_reached_offers_each_request_at_its_start(tmp_path: Path) -> None:

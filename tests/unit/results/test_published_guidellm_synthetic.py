@@ -16,13 +16,14 @@ import pytest
 
 from kvbudget.results.recorded_guidellm_synthetic import fixed_output_tokens
 from kvbudget.results.recordings import read_recording
+from tests.unit.results.excerpts import excerpt_copy
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 EXCERPT = FIXTURES / "published" / "guidellm-pipeline-llama-3-2-3b-excerpt.yaml"
 
 
-def test_the_published_reports_max_tokens_come_from_its_data() -> None:
-    rec = read_recording(EXCERPT)
+def test_the_published_reports_max_tokens_come_from_its_data(tmp_path: Path) -> None:
+    rec = read_recording(excerpt_copy(EXCERPT, tmp_path))
     assert rec.workload.output_tokens.tolist() == [128, 128, 128, 75]
     assert rec.workload.max_output_tokens.tolist() == [128] * 4
     assert rec.config["max_tokens"] == 128 and rec.config["ignore_eos"] is True

@@ -62,6 +62,8 @@ def _multi_turn_report(tmp_path: Path, conversations: int = 1,
             t = end
     bench["requests"]["successful"] = requests
     bench["metrics"]["request_totals"]["successful"] = len(requests)
+    bench["scheduler_metrics"]["requests_made"].update(successful=len(requests),
+                                                       total=len(requests))
     bench["scheduler_metrics"].update(measure_start_time=0.0, measure_end_time=t + 1)
     path = tmp_path / "agent-multiturn-benchmarks.json"
     path.write_text(json.dumps(doc))

@@ -73,7 +73,7 @@ def test_sglang_bench_serving_context_refusals_are_said(tmp_path: Path) -> None:
     path = tmp_path / "sglang.jsonl"
     path.write_text(json.dumps(sglang_details(
         output_lens=[4, 0, 4], ttfts=[0.02, 0.0, 0.02], itls=[[0.01] * 3, [], [0.01] * 3],
-        errors=["", "Bad Request: " + total, ""])) + "\n")
+        errors=["", "Bad Request: " + total, ""], completed=2)) + "\n")
     rec = read_recording(path)
     assert rec.counts["num_refused_context"] == 1
     note = next(n for n in rec.notes if "refused by the server" in n)

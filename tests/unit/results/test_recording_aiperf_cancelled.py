@@ -44,6 +44,7 @@ def _cancelled(tmp_path: Path, name: str) -> Any:
     (tmp_path / "run.jsonl").write_text("\n".join(lines) + "\n")
     summary = json.loads((AIPERF / f"{name}_aiperf.json").read_text())
     summary["error_request_count"] = {"unit": "requests", "avg": len(CANCELLED)}
+    summary["request_count"]["avg"] -= len(CANCELLED)  # the valid ones: as AIPerf counts
     summary["error_summary"] = [{"error_details": {
         "code": 499, "type": "RequestCancellationError",
         "message": "Request cancelled 0.500s after being sent"}, "count": len(CANCELLED)}]

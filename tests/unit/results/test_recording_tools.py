@@ -394,6 +394,8 @@ def test_guidellm_cancelled_request_without_tokens_is_counted_not_fatal(tmp_path
     partial["output_metrics"]["text_tokens"] = 3
     partial["output_tokens"] = 3
     reqs["incomplete"].append(partial)
+    made = doc["benchmarks"][0]["scheduler_metrics"]["requests_made"]  # as GuideLLM counts
+    made.update(successful=made["successful"] - 2, incomplete=made["incomplete"] + 2)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(doc))
     rec = read_recording(path)

@@ -12,6 +12,7 @@ import pytest
 
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.excerpts import set_excerpt_counts
 
 REC = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 
@@ -19,6 +20,8 @@ REC = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 def _copy(tmp_path: Path, rel: str) -> Path:
     source = REC / rel
     shutil.copytree(source.parent, tmp_path / source.parent.name)
+    if rel.startswith("published/"):  # an excerpt: its counts set to its requests
+        set_excerpt_counts(tmp_path / source.parent.name)
     return tmp_path / source.parent.name / source.name
 
 

@@ -20,13 +20,14 @@ from kvbudget.results.recordings import read_recording
 from kvbudget.simulator.run import SimConfig
 from kvbudget.studies.calibrate import calibrate_recording
 from kvbudget.studies.flat_latency import flat_latency_said
+from tests.unit.results.excerpts import excerpt_copy
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 SIMULATED = RECORDINGS / "published" / "guidellm-results-parser-qwen3-0.6b-constant10-excerpt.json"
 
 
-def test_a_calibration_of_a_simulators_recording_says_its_tpot_is_flat() -> None:
-    rec = read_recording(SIMULATED)
+def test_a_calibration_of_a_simulators_recording_says_its_tpot_is_flat(tmp_path: Path) -> None:
+    rec = read_recording(excerpt_copy(SIMULATED, tmp_path))
     config = SimConfig(gpu="H100-80GB", model="Qwen3-8B")
     cal = calibrate_recording(
         rec, config, config.resolved_cost_model(), max_evals=8, model_chosen=True
@@ -64,7 +65,7 @@ def test_a_flat_ttft_over_a_wide_prompt_range_is_named(tmp_path: Path) -> None:
     # hand-made from the published excerpt: its prompts spread 100 to 4,130 tokens (in an
     # order unrelated to its sends), its TTFTs kept (1.005 to 1.020 s): a GPU's prefill of
     # 4,000 more tokens would take far longer
-    rec = read_recording(SIMULATED)
+    rec = read_recording(excerpt_copy(SIMULATED, tmp_path))
     measured = rec.records()
     n = len(measured)
     wide = measured.assign(prompt_tokens=[100 + 130 * (7 * k % n) for k in range(n)])
