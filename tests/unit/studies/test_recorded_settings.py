@@ -170,12 +170,14 @@ def test_a_replay_that_refuses_the_recordings_requests_refuses_to_answer(
 def _long_prompt_runs(path: Path) -> Path:
     """Two ``--append-result`` runs at rate inf, 4 users, no start_times, each 8 requests: 4 of
     40,000 prompt tokens (over the default tiers' 32,768, under Llama-3.1-8B's 131,072-token
-    context), 4 of 100."""
+    context), 4 of 100; the second run's times 20 ms longer."""
     lens = [40_000, 100] * 4
     doc = {"model_id": "Llama-3.1-8B", "request_rate": "inf", "max_concurrency": 4,
            "input_lens": lens, "output_lens": [20] * 8, "ttfts": [0.5] * 8,
            "itls": [[0.02] * 19] * 8, "latencies": [0.88] * 8, "errors": [""] * 8}
-    path.write_text(json.dumps(doc) + "\n" + json.dumps(doc) + "\n")
+    # the second run measured apart from the first (a run written twice is refused)
+    again = {**doc, "ttfts": [0.52] * 8, "latencies": [0.9] * 8}
+    path.write_text(json.dumps(doc) + "\n" + json.dumps(again) + "\n")
     return path
 
 
