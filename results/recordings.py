@@ -243,7 +243,6 @@ def _said_of_every_line(path: Path, doc: dict[str, Any], summary: str) -> str:
 
 def _detect_object(path: Path, doc: dict[str, Any]) -> str:
     """The format of a file whose first JSON value is ``doc``."""
-
     if "benchmarks" in doc and not llama_benchy_report_refusal(doc):  # its keys named below
         return "guidellm"
     details = doc.get("details")
