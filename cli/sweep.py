@@ -59,6 +59,7 @@ from kvbudget.studies.tune import (
     Constraint,
     Param,
     TuneSpec,
+    check_param_keys,
     evaluations_frame,
     tune,
 )
@@ -351,6 +352,7 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
+        check_param_keys(scn, spec.params)  # before the header: one line, no run
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=[p.key for p in spec.params], once=spec.once,

@@ -39,8 +39,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import tomli_w
 
+from kvbudget.policies.registry import POLICIES, policy_parameters
 from kvbudget.results.said import figure
-from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
+from kvbudget.simulator.scenario import (
+    check_cost_model_at,
+    field_names,
+    nearest_field_names,
+    scenario_from_dict,
+)
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.setting import defaulted_of, once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
@@ -293,6 +299,43 @@ class TuneSpec:
         for p in self.params:
             grid *= len(p.grid(self.grid_points))
         return (grid + self.refine_evals) * self.replications + self.validate
+
+
+_FREE_FORM = ("workload", "clients", "tiers")
+"""The scenario's tables whose keys :func:`field_names` does not list: their own loaders
+name a key they do not take."""
+
+
+def check_param_keys(scenario: Scenario, params: Sequence[Param]) -> None:
+    """Refuse, before any run, a ``--param`` key that is neither a field of the scenario nor a
+    parameter of its policy (``overcommit_ratio`` for ``policy_params.overcommit_ratio``),
+    with the nearest names it takes; pydantic's "extra inputs are not permitted" at the first
+    grid point said neither."""
+    policy = scenario.spec.policy
+    names = field_names(policy)
+    for p in params:
+        if p.key in names or p.key.split(".")[0] in _FREE_FORM:
+            continue
+        try:  # a table this list does not walk takes it: the grid's runs check its values
+            scenario_from_dict(scenario_data(scenario), scenario.base_dir,
+                               _overrides({p.key: p.value(p.low)}))
+            continue
+        except ValueError as exc:
+            if p.key.startswith("policy_params."):  # named with the policies that take it
+                raise ValueError(f"--param {exc}") from None
+        near = nearest_field_names(p.key, names)
+        last = p.key.rsplit(".", 1)[-1]
+        owners = [n for n in POLICIES if last in policy_parameters(n)]
+        if f"policy_params.{last}" not in near and owners:
+            them = owners[0] if len(owners) == 1 else f"{', '.join(owners[:-1])} or {owners[-1]}"
+            near.insert(0, f"policy_params.{last} (a parameter of {them}, not of {policy!r}: "
+                        "--policy NAME)")
+        mine = [n for n in names if n.startswith("policy_params.")]
+        raise ValueError(
+            f"--param {p.key}: not a field of the scenario nor a parameter of its policy "
+            f"{policy!r}; " + (f"nearest: {', '.join(near)}" if near else
+                               f"its parameters: {', '.join(mine) or 'none'}; the scenario's "
+                               "fields: docs/scenarios.md"))
 
 
 FLAT_REL_SPREAD = 0.01
@@ -642,6 +685,7 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
     executor = in_process(executor)
     from scipy import optimize
 
+    check_param_keys(spec.scenario, spec.params)
     _check_cost_model(spec)
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")
     ev = _Evaluator(spec, executor, progress, stored)
