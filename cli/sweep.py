@@ -470,6 +470,10 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
                                      "a better value may lie (widen --param where the key "
                                      "allows)", WIDTH,
                                      subsequent_indent="  "))
+        undecided = result.undecided_said()
+        if undecided is not None:
+            typer.echo(textwrap.fill(f"note: {undecided}", WIDTH, subsequent_indent="  ",
+                                     break_on_hyphens=False))
 
 
 @with_scenario_options
