@@ -59,6 +59,7 @@ from kvbudget.studies.tune import (
     Constraint,
     Param,
     TuneSpec,
+    check_param_keys,
     evaluations_frame,
     tune,
 )
@@ -351,6 +352,7 @@ def tune_cmd(
             confidence=confidence,
             root_seed=seed,
         )
+        check_param_keys(scn, spec.params)  # before the header: one line, no run
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=[p.key for p in spec.params], once=spec.once,
@@ -468,6 +470,10 @@ def _print_best(result: "TuneResult", *, objective: str, confidence: float,
                                      "a better value may lie (widen --param where the key "
                                      "allows)", WIDTH,
                                      subsequent_indent="  "))
+        undecided = result.undecided_said()
+        if undecided is not None:
+            typer.echo(textwrap.fill(f"note: {undecided}", WIDTH, subsequent_indent="  ",
+                                     break_on_hyphens=False))
 
 
 @with_scenario_options

@@ -706,6 +706,38 @@ def _closest_field(loc: Sequence[Any]) -> str:
     return ""
 
 
+def field_names(policy: str) -> list[str]:
+    """The dotted names a scenario takes a number or word at (``engine.max_num_seqs``,
+    ``seed``): every field of the spec's tables, none of a list of tables (``tiers``) nor of
+    the free-form ``workload`` and ``clients``; and ``policy_params.NAME`` for each parameter
+    of ``policy`` (none for a policy not registered)."""
+
+    def walk(cls: type[Any], prefix: str) -> list[str]:
+        names = []
+        for name, hint in _spec_fields(cls)[0].items():
+            sub = _spec_table(hint)
+            lists = list in {get_origin(h) for h in (hint, *get_args(hint))}
+            if sub is not None and not lists:
+                names += walk(sub, f"{prefix}{name}.")
+            elif not lists and name not in ("policy_params", "workload", "clients"):
+                names.append(f"{prefix}{name}")
+        return names
+
+    params = policy_parameters(policy) if policy in POLICIES else {}
+    return [*walk(ScenarioSpec, ""), *(f"policy_params.{k}" for k in sorted(params))]
+
+
+def nearest_field_names(key: str, names: Sequence[str], n: int = 3) -> list[str]:
+    """Up to ``n`` of ``names`` closest to ``key``: those whose last part is close to
+    ``key``'s last part first (``overcommit_ratio`` -> ``policy_params.overcommit_ratio``),
+    then those close as a whole."""
+    last = key.rsplit(".", 1)[-1]
+    tails = {name.rsplit(".", 1)[-1]: name for name in names}
+    by_tail = [tails[t] for t in difflib.get_close_matches(last, list(tails), n=n, cutoff=0.75)]
+    whole = difflib.get_close_matches(key, list(names), n=n, cutoff=0.6)
+    return list(dict.fromkeys([*by_tail, *whole]))[:n]
+
+
 def _spec_table(hint: Any) -> Any:
     """The spec dataclass a field's annotation holds (through ``Annotated``, ``| None`` and
     ``list[...]``), or None."""

@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,8 +40,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import tomli_w
 
+from kvbudget.policies.registry import POLICIES, policy_parameters
 from kvbudget.results.said import figure
-from kvbudget.simulator.scenario import check_cost_model_at, scenario_from_dict
+from kvbudget.simulator.scenario import (
+    check_cost_model_at,
+    field_names,
+    nearest_field_names,
+    scenario_from_dict,
+)
+from kvbudget.studies.compare import paired_test
 from kvbudget.studies.executors import in_process
 from kvbudget.studies.setting import defaulted_of, once_where_fixed, study_repr, study_setting
 from kvbudget.studies.sweep import (
@@ -295,6 +303,47 @@ class TuneSpec:
         return (grid + self.refine_evals) * self.replications + self.validate
 
 
+_FREE_FORM = ("workload", "clients", "tiers")
+"""The scenario's tables whose keys :func:`field_names` does not list: their own loaders
+name a key they do not take."""
+
+
+def check_param_keys(scenario: Scenario, params: Sequence[Param]) -> None:
+    """Refuse, before any run, a ``--param`` key that is neither a field of the scenario nor a
+    parameter of its policy (``overcommit_ratio`` for ``policy_params.overcommit_ratio``),
+    with the nearest names it takes; pydantic's "extra inputs are not permitted" at the first
+    grid point said neither."""
+    policy = scenario.spec.policy
+    names = field_names(policy)
+    for p in params:
+        if p.key in names or p.key.split(".")[0] in _FREE_FORM:
+            continue
+        try:  # a table this list does not walk takes it: the grid's runs check its values
+            scenario_from_dict(scenario_data(scenario), scenario.base_dir,
+                               _overrides({p.key: p.value(p.low)}))
+            continue
+        except ValueError as exc:
+            if p.key.startswith("policy_params."):  # named with the policies that take it
+                raise ValueError(f"--param {exc}") from None
+        near = nearest_field_names(p.key, names)
+        last = p.key.rsplit(".", 1)[-1]
+        owners = [n for n in POLICIES if last in policy_parameters(n)]
+        if f"policy_params.{last}" not in near and owners:
+            them = owners[0] if len(owners) == 1 else f"{', '.join(owners[:-1])} or {owners[-1]}"
+            near.insert(0, f"policy_params.{last} (a parameter of {them}, not of {policy!r}: "
+                        "--policy NAME)")
+        mine = [n for n in names if n.startswith("policy_params.")]
+        raise ValueError(
+            f"--param {p.key}: not a field of the scenario nor a parameter of its policy "
+            f"{policy!r}; " + (f"nearest: {', '.join(near)}" if near else
+                               f"its parameters: {', '.join(mine) or 'none'}; the scenario's "
+                               "fields: docs/scenarios.md"))
+
+
+MAX_SEPARATING_REPLICATIONS = 10_000
+"""The most replications :meth:`Undecided.replications_to_separate` names (``-r``'s own
+limit)."""
+
 FLAT_REL_SPREAD = 0.01
 """The objective is *flat* when the feasible settings' means differ by less than this share of
 their largest magnitude ((max - min) / max |mean| < 1 %): a stated tolerance (half the 2 %
@@ -371,7 +420,8 @@ class TuneResult:
                      f"best: {best}: {s.objective} = {figure(mean)} ({s.confidence:.0%} CI "
                      f"{figure(low)} .. {figure(high)})",
                      *(f"note: {said}: the search did not look past it" for said in
-                       self.at_bounds())]
+                       self.at_bounds()),
+                     *(f"note: {said}" for said in filter(None, [self.undecided_said()]))]
         if self.validation is not None:
             found.append(f"validation with {len(self.validation.rows)} fresh seeds: the "
                          f"constraints {'hold' if self.validated else 'FAIL'} on the mean")
@@ -387,6 +437,39 @@ class TuneResult:
         """What chose :attr:`best` when the objective does not (see :func:`tiebreak`)."""
         assert self.best is not None
         return tiebreak(self.evaluations, self.best, self.spec.objective, self.spec.maximize)
+
+    def undecided(self) -> list[Undecided]:
+        """The feasible settings :attr:`best` cannot be told from at this number of
+        replications (see :class:`Undecided`); none when the objective is flat (then no
+        setting is named best) or no setting was feasible."""
+        if self.best is None or self.flatness().flat:
+            return []
+        return undecided(self.evaluations, self.best, self.spec.objective,
+                         self.spec.confidence)
+
+    def undecided_said(self) -> str | None:
+        """``the best cannot be told from ...``: the :meth:`undecided` settings and what would
+        separate them; None when there are none."""
+        found = self.undecided()
+        if not found:
+            return None
+        r = self.spec.replications
+        if r < 2:
+            return (f"the best cannot be told from {counted(len(found), 'other feasible setting')}"
+                    f" ({_settings_said(found)}): one replication gives no interval; -r 2 or "
+                    "more would separate them")
+        c = self.spec.confidence
+        needs = [n for u in found if (n := u.replications_to_separate(r, c)) is not None]
+        same = [u for u in found if u.low == u.high == 0]
+        more = (f"more replications would separate them (-r {max(needs):,} if the "
+                "differences and their spread held)" if needs else
+                "" if len(same) == len(found) else "more replications might separate them")
+        equal = (f"{_settings_said(same)} gave the same {self.spec.objective} in every "
+                 "replication (no number of replications separates them)" if same else "")
+        return (f"the best cannot be told from {_settings_said(found)}: the paired "
+                f"{self.spec.confidence:.0%} interval of the difference over the "
+                f"{counted(r, 'replication')} (common random numbers) holds 0; "
+                + "; ".join(x for x in (more, equal) if x))
 
     @property
     def validated(self) -> bool | None:
@@ -445,6 +528,7 @@ class TuneResult:
                                    "kept_by": self.tiebreak() if self.best is not None
                                    and flat.flat else None},
             "best_at_bounds": self.at_bounds(),
+            "best_undecided": [u.describe(s.replications, s.confidence) for u in self.undecided()],
             "validation": None if self.validation is None else {
                 **self.validation.describe(),
                 "constraints_hold_on_mean": self.validation.feasible_on_mean,
@@ -480,6 +564,9 @@ def _toml_header(result: TuneResult) -> str:
     for c in result.spec.constraints:
         lines.append(f"# constraint: {c}")
     lines.append("# tuned: " + ", ".join(f"{k} = {v}" for k, v in result.best.params.items()))
+    said = result.undecided_said()
+    if said is not None:
+        lines += textwrap.wrap(said, 98, initial_indent="# ", subsequent_indent="#   ")
     return "\n".join(lines) + "\n\n"
 
 
@@ -642,6 +729,7 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
     executor = in_process(executor)
     from scipy import optimize
 
+    check_param_keys(spec.scenario, spec.params)
     _check_cost_model(spec)
     stored = None if out_dir is None else StoredRuns(out_dir, resume=resume, what="tune")
     ev = _Evaluator(spec, executor, progress, stored)
@@ -786,23 +874,84 @@ def _tied(feasible: Sequence[Evaluation], maximize: bool, objective: str,
     """The top evaluation and those its paired interval cannot tell from it."""
     sign = 1.0 if maximize else -1.0
     top = max(feasible, key=lambda e: (sign * e.objective[0], -e.index))
-
-    def values(e: Evaluation) -> np.ndarray[Any, np.dtype[np.float64]]:
-        return np.array([_f(r[objective]) for r in e.rows])
-
-    best = values(top)
+    best = _values(top, objective)
     tied = []
     for e in feasible:
-        mine = values(e)
+        mine = _values(e, objective)
         if e is top or len(mine) != len(best) or len(best) < 2:
             if e is top:
                 tied.append(e)
             continue
         # common random numbers: compare replication by replication (paired t interval)
-        _, low, _ = t_interval(sign * (best - mine), confidence)
-        if low <= 0:
+        _, low, high, _ = paired_test(mine, best, confidence)  # best - mine
+        if (low if sign > 0 else -high) <= 0:
             tied.append(e)
     return tied
+
+
+def _values(e: Evaluation, objective: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """``objective`` in each of ``e``'s replications, in replication order."""
+    return np.array([_f(r[objective]) for r in e.rows])
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """A feasible setting the best cannot be told from at the search's replications:
+    ``compare -r``'s paired t test (:func:`~kvbudget.studies.compare.paired_test`) of the
+    best's objective minus this one's, replication by replication over the common random
+    numbers, has an interval holding 0 (none at all with one replication)."""
+
+    params: dict[str, float | int]
+    difference: float
+    low: float
+    high: float
+    p: float
+
+    def replications_to_separate(self, replications: int, confidence: float) -> int | None:
+        """The fewest replications, more than ``replications``, whose paired interval would
+        leave out 0 if the mean difference and the differences' spread held (the half-width
+        is t(n-1) * sd / sqrt(n)); None with no interval, a difference of 0 (then no number
+        of replications separates them) or past :data:`MAX_SEPARATING_REPLICATIONS`."""
+        from scipy import stats
+
+        half = (self.high - self.low) / 2
+        d = abs(self.difference)
+        if not (math.isfinite(half) and math.isfinite(d)) or d == 0 or replications < 2:
+            return None
+        level = 0.5 + confidence / 2
+        sd = half * math.sqrt(replications) / float(stats.t.ppf(level, replications - 1))
+        for n in range(replications + 1, MAX_SEPARATING_REPLICATIONS + 1):
+            if float(stats.t.ppf(level, n - 1)) * sd / math.sqrt(n) < d:
+                return n
+        return None
+
+    def describe(self, replications: int, confidence: float) -> dict[str, Any]:
+        return {"params": self.params, "difference": _num(self.difference),
+                "low": _num(self.low), "high": _num(self.high), "p": _num(self.p),
+                "replications_to_separate": self.replications_to_separate(replications,
+                                                                          confidence)}
+
+
+def _settings_said(found: Sequence[Undecided]) -> str:
+    """``engine.max_num_seqs = 11`` (settings joined by ``; ``)."""
+    return "; ".join(", ".join(f"{k} = {v}" for k, v in u.params.items()) for u in found)
+
+
+def undecided(evaluations: Sequence[Evaluation], best: Evaluation, objective: str,
+              confidence: float) -> list[Undecided]:
+    """The feasible settings :attr:`TuneResult.best` cannot be told from on ``objective``
+    (see :class:`Undecided`), in the order they were evaluated."""
+    mine = _values(best, objective)
+    found = []
+    for e in evaluations:
+        other = _values(e, objective)
+        if e is best or not e.feasible or not np.all(np.isfinite(other)) \
+                or len(other) != len(mine):
+            continue
+        diff, low, high, p = paired_test(other, mine, confidence)
+        if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 <= high:
+            found.append(Undecided(dict(e.params), diff, low, high, p))
+    return found
 
 
 def evaluations_frame(result: TuneResult) -> pd.DataFrame:
