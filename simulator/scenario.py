@@ -703,6 +703,9 @@ def _closest_field(loc: Sequence[Any]) -> str:
             if sub is not None and not lists and (  # a list's tables need an index
                     loc[0] in _spec_fields(sub)[0]):
                 return f" (did you mean {name}.{loc[0]}?)"
+        takes = [name for name in POLICIES if loc[0] in policy_parameters(name)]
+        if takes:  # a policy's parameter given at the top: overcommit_ratio
+            return f" (did you mean policy_params.{loc[0]}? a parameter of {', '.join(takes)})"
     return ""
 
 

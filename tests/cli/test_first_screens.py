@@ -367,6 +367,10 @@ def test_a_mistyped_run_directory_is_said_missing_not_damaged(tmp_path: Path) ->
      "engine.speculative_config.num_speculative_token: extra inputs are not permitted, got 2 "
      "(did you mean engine.speculative_config.num_speculative_tokens?)"),
     ("foo=3", "foo: extra inputs are not permitted, got 3"),
+    # a policy's parameter at the top said nothing more
+    ("overcommit_ratio=0.5", "overcommit_ratio: extra inputs are not permitted, got 0.5 (did "
+     "you mean policy_params.overcommit_ratio? a parameter of overcommit, preemptive, "
+     "early_reject)"),
 ])
 def test_a_misspelt_scenario_key_is_named_with_the_one_meant(flag: str, said: str) -> None:
     """``--set engine.max_num_seq=3`` said only "extra inputs are not permitted"; a key given
