@@ -52,10 +52,11 @@ FILE_KINDS: dict[str, str] = {
     "genai-bench": "result",
     "otel": "llm_request spans (OTLP JSON)",
     "llmd-report": "report",
+    "dynamo-trace": "per-request trace (DYN_REQUEST_TRACE)",
 }
 """What each recording format's file is, as its tool calls it (``validate --records``' help)."""
 
-_TOOL_OF_FORMAT = {"otel": "vLLM"}
+_TOOL_OF_FORMAT = {"otel": "vLLM", "dynamo-trace": "NVIDIA Dynamo"}
 """Where the format's reader names what wrote it, not a tool (``otel``: "vLLM llm_request
 spans (OTLP JSON)"), the tool that wrote it."""
 

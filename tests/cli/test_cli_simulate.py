@@ -339,7 +339,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert lines[1].startswith("assumed: GPU H100-80GB and model Llama-3.1-8B, the default "
                                "scenario's")  # neither flag given, nor a scenario file
     # what the file held, tier by tier (a run said its request count alone before)
-    assert lines[2] == (f"workload lengths: source {trace}, format generic-csv; interactive 30 "
+    assert lines[2] == ("workload lengths: source lengths.csv, format generic-csv; interactive 30 "
                         "(100%): prompt mean 100 tokens, output mean 20, max_tokens 2,048")
     assert lines[3].startswith("warning: the file has no arrival times: Poisson arrivals at 1")
     assert lines[4].startswith("assumed: the file names no tier: every request is 'interactive'")

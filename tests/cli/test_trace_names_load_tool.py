@@ -45,6 +45,7 @@ TOOL_FILES = sorted(
 
 TOOL_WORDS: dict[str, tuple[str, ...]] = {
     "aiperf": ("aiperf",),
+    "dynamo": ("nvidia dynamo's per-request trace",),  # words matched in lower case
     "evalscope": ("evalscope",),
     "genai-bench": ("genai-bench",),
     "guidellm": ("guidellm",),
@@ -356,3 +357,12 @@ def test_genai_benchs_metadata_is_named_as_its_experiment() -> None:
         f"error: {path} is genai-bench 0.0.5's experiment (experiment_metadata.json and the "
         "run results beside it) (23 requests): a recording, not a trace"
     ), stderr
+
+
+def test_every_recording_format_of_a_tool_has_its_files_kind_said() -> None:
+    """A format added without its kind was said as "NVIDIA Dynamo request trace's file" (the
+    reader's tool name and a bare "file"): each tool's format names what its file is."""
+    from kvbudget.results.recording import RECORDING_FORMATS
+    from kvbudget.results.recording_named import FILE_KINDS
+
+    assert set(RECORDING_FORMATS) - {"records", "run"} <= set(FILE_KINDS)
