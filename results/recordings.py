@@ -80,11 +80,11 @@ from typing import Any
 from kvbudget.results.recorded_aggregates import (
     DOCUMENT_SUFFIXES,
     aggregate_line_refusal,
-    aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
     dataset_refusal,
     document_refusal,
+    no_request_refusal,
     one_field_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
@@ -305,7 +305,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc) or _spans_lines(path):
         aggregates = (
-            aggregate_object_refusal(doc)
+            no_request_refusal(doc)
             or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
             or dataset_refusal(doc)
         )
