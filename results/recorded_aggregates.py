@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kvbudget.workloads.text_files import COMMENT_SAID, TEXT_OF_NO_TOOL, comment_first_line
+
 STAT_WORDS = frozenset(
     {
         "mean",
@@ -595,9 +597,14 @@ it: a tab parts no sentence, so two columns will do; a semicolon or a bar may st
 line of text."""
 
 
+_OWN_FILE = "pass the tool's own result file (docs/recordings.md)"
+
+
 def one_field_refusal(head: bytes) -> str | None:
     """Why a file the generic records format would read as a CSV is no table of it when its
-    header line (its first non-blank line, in ``head``) is one field, having no comma: a table
+    header line (its first non-blank line, in ``head``) is one field, having no comma, or a
+    ``#`` line with one and no header below it (:func:`~kvbudget.workloads.text_files.
+    comment_first_line`): a table
     parted by another character, or a line of text (a log's, a report's, what a tool printed),
     of which no column could be mapped. Published reports were told to map one:
     github.com/deepaksatna/llm-serving-benchmark f733349e ``results/vllm/vllm-llama/
@@ -608,6 +615,10 @@ def one_field_refusal(head: bytes) -> str | None:
         return None
     text = head.decode("utf-8", "replace")
     field = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    comment = comment_first_line(head) if "," in field else None
+    if comment:  # one field is said so below: a comma makes it two odd columns
+        shown = comment[:60] + ("..." if len(comment) > 60 else "")
+        return f"its first line ({shown!r}) {COMMENT_SAID}: {TEXT_OF_NO_TOOL}; {_OWN_FILE}"
     if not field or "," in field or field[:1] in ("{", "[") or field.isidentifier():
         return None
     for sep, name, fields in _OTHER_SEPARATORS:
