@@ -1,8 +1,9 @@
 """A merge of several vllm bench serve summaries by a published script is named as one.
 
-anyscale/ray-serve-llm-perf-examples 04ba8ab horizontal_scaling/bm_results/rayoss251-x2/
-all-parts/conc16.json (two clients' vllm bench serve files merged by the repo's
-horizontal_scaling/aggregate_results.py: counts and rates summed, latencies averaged, its
+github.com/anyscale/ray-serve-llm-perf-examples horizontal_scaling/bm_results/rayoss251-x2/
+all-parts/conc16.json (as stored at da40398; the audit read it at 04ba8ab): two clients' vllm
+bench serve files (part1/, part2/ beside it) merged by the repo's horizontal_scaling/
+aggregate_results.py (bc11939: counts and rates summed, latencies averaged, its
 max_concurrency 16 though two clients each ran 16) was told "is a vllm bench serve result
 without per-request data", as if vLLM had written it. The files below are reproduced, not
 copied: the merge's keys in the script's order and the part's in vLLM's, with figures of the
@@ -17,8 +18,12 @@ from typing import Any
 
 import pytest
 
+from kvbudget.results.recorded_merges import is_ray_serve_merge
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "tests" / "fixtures" / "recordings"
 
 HEAD: dict[str, Any] = {
     "date": "20251102-114456",
@@ -104,3 +109,17 @@ def test_other_orders_are_vllms_own(tmp_path: Path, doc: dict[str, Any]) -> None
     path.write_text(json.dumps(doc))
     said = _said(path)
     assert "is a merge" not in said and "is a vllm bench serve result without" in said
+
+
+def test_no_tools_own_file_among_the_fixtures_is_taken_for_a_merge() -> None:
+    # every JSON file a tool wrote here (vllm bench serve's among them) or a published run holds
+    checked = 0
+    for path in sorted(FIXTURES.rglob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(doc, dict):
+            checked += 1
+            assert not is_ray_serve_merge(doc), path
+    assert checked > 50
