@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kvbudget.workloads.text_files import COMMENT_SAID, TEXT_OF_NO_TOOL, comment_first_line
+
 STAT_WORDS = frozenset(
     {
         "mean",
@@ -114,12 +116,25 @@ told to "pass a format", which none fits; a dashboard's data three down, by mode
 two levels were looked at."""
 
 
-def _figures(value: object) -> bool:
-    """Whether ``value`` lists a figure an item (numbers, or flat objects of no statistic: a
-    tool's per-request lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa summary lists its
-    warmup round's ``warmup_request_ids`` beside its averages) nor objects of statistics (a
-    sweep's points, :func:`_first_objects`)."""
+RUN_WORDS = frozenset(
+    {"run", "runs", "trial", "trials", "repeat", "repeats", "repetitions", "iterations"}
+)
+"""Words of a key whose list of numbers is a figure a run (each repetition of the whole
+measurement), not a figure a request: a harness's summary (github.com/sfxnz/DeepSeek-V4.1-
+Flash-EXL3-vLLM-2x-DGX-Spark 1f60373 ``results/2026-09-20-baseline-live/four_numbers.json``:
+``prose_runs``, nine runs' decode rates, beside their median ``prose_median_tok_s``), which
+kvbudget took for a tool's per-request list and told to "pass a format", which none fits."""
+
+
+def _figures(value: object, key: str = "") -> bool:
+    """Whether ``value`` (under ``key``) lists a figure an item (numbers, or flat objects of no
+    statistic: a tool's per-request lists, ``ttfts: [...]``), not names (LMCache's long_doc_qa
+    summary lists its warmup round's ``warmup_request_ids`` beside its averages), nor objects of
+    statistics (a sweep's points, :func:`_first_objects`), nor a figure a run
+    (:data:`RUN_WORDS`)."""
     if not isinstance(value, list) or len(value) < 2:
+        return False
+    if RUN_WORDS & set(_words(key)) and not isinstance(value[0], Mapping):
         return False
     first = value[0]
     if isinstance(first, Mapping) and _measured_request(first):
@@ -165,7 +180,7 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     keys of the objects it holds, ``{"ttft": {"mean": ..., "p99": ...}}``, down to
     :data:`NESTED_STATS` objects deep, the shallower first) name statistics and none of its
     values lists figures (a tool's per-request lists, ``ttfts: [...]``); else None."""
-    if any(_figures(v) for v in doc.values()):
+    if any(_figures(v, str(k)) for k, v in doc.items()):
         return None
     stats: list[str] = []
     level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
@@ -175,6 +190,69 @@ def aggregate_object_refusal(doc: Mapping[str, Any]) -> str | None:
     if len(stats) < 2:
         return None
     return f"holds aggregate figures ({_said(stats)}), {NEEDED}"
+
+
+ENGINE_ARGS = frozenset(
+    {
+        "served_model_name",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "gpu_memory_utilization",
+        "kv_cache_dtype",
+        "block_size",
+        "enable_prefix_caching",
+        "quantization",
+        "enforce_eager",
+        "swap_space",
+        "speculative_config",
+    }
+)
+"""vLLM's serve arguments (``EngineArgs``' fields, each a ``--flag`` of ``vllm serve``:
+github.com/vllm-project/vllm 001999d2 ``vllm/engine/arg_utils.py``, ``add_cli_args``;
+``speculative_config`` since ``--speculative-config``): a key of them names a server's
+setting, not a figure measured."""
+
+
+def _flags(value: object) -> list[str]:
+    """The command-line flags a list of strings holds (``["--max-model-len", "12288", ...]``)."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        return []
+    return [x for x in value if x.startswith("--")]
+
+
+def configuration_refusal(doc: Mapping[str, Any]) -> str | None:
+    """Why a JSON object of no known tool holds no request: it names a server's settings (two or
+    more of :data:`ENGINE_ARGS` among its keys, or a list of two or more ``--flags`` counting as
+    one) and nothing measured (no key, down :data:`NESTED_STATS` objects, names a statistic or
+    a measured time, and no list of objects); else None. A benchmark's row of server settings
+    (github.com/systalyze/vllm-benchmarks 004db0c ``configs/qwen3-32b/g7/config-1/row-eagle3.
+    json``: ``served_model_name``, ``speculative_config``, ``vllm_args``, ``tp``) was told
+    "cannot tell the recording format ...; pass a format", which none fits."""
+    if _object_lists(doc):
+        return None
+    level: list[tuple[str, Mapping[str, Any]]] = [("", doc)]
+    for _ in range(NESTED_STATS):
+        if any(_is_stat(str(k)) or _timed(str(k)) for _, obj in level for k in obj):
+            return None
+        level = [found for where, obj in level for found in _first_objects(where, obj)]
+    named = [str(k) for k in doc if str(k).lower() in ENGINE_ARGS]
+    flagged = [(str(k), flags) for k, v in doc.items() if len(flags := _flags(v)) >= 2]
+    if len(named) + (1 if flagged else 0) < 2:
+        return None
+    shown = _said(named) + "".join(f"; {k}: {_said(flags)}" for k, flags in flagged[:1])
+    return (
+        f"holds a configuration ({shown}): a server's or a run's settings, with no figure "
+        f"measured and no request in it; {NEEDED}"
+    )
+
+
+def no_request_refusal(doc: Mapping[str, Any]) -> str | None:
+    """Why a JSON object of no known tool holds no request at all: its figures only
+    (:func:`aggregate_object_refusal`) or its settings only (:func:`configuration_refusal`)."""
+    return aggregate_object_refusal(doc) or configuration_refusal(doc)
 
 
 SUMMARY_WORDS = frozenset({"mean", "avg", "average", "median", "std", "stdev", "stddev"})
@@ -519,9 +597,14 @@ it: a tab parts no sentence, so two columns will do; a semicolon or a bar may st
 line of text."""
 
 
+_OWN_FILE = "pass the tool's own result file (docs/recordings.md)"
+
+
 def one_field_refusal(head: bytes) -> str | None:
     """Why a file the generic records format would read as a CSV is no table of it when its
-    header line (its first non-blank line, in ``head``) is one field, having no comma: a table
+    header line (its first non-blank line, in ``head``) is one field, having no comma, or a
+    ``#`` line with one and no header below it (:func:`~kvbudget.workloads.text_files.
+    comment_first_line`): a table
     parted by another character, or a line of text (a log's, a report's, what a tool printed),
     of which no column could be mapped. Published reports were told to map one:
     github.com/deepaksatna/llm-serving-benchmark f733349e ``results/vllm/vllm-llama/
@@ -532,6 +615,10 @@ def one_field_refusal(head: bytes) -> str | None:
         return None
     text = head.decode("utf-8", "replace")
     field = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    comment = comment_first_line(head) if "," in field else None
+    if comment:  # one field is said so below: a comma makes it two odd columns
+        shown = comment[:60] + ("..." if len(comment) > 60 else "")
+        return f"its first line ({shown!r}) {COMMENT_SAID}: {TEXT_OF_NO_TOOL}; {_OWN_FILE}"
     if not field or "," in field or field[:1] in ("{", "[") or field.isidentifier():
         return None
     for sep, name, fields in _OTHER_SEPARATORS:

@@ -22,6 +22,7 @@ from typing import Any
 from kvbudget.results.recorded_guidellm_parser import guidellm_parser_refusal
 from kvbudget.results.recorded_llama_benchy import llama_benchy_report_refusal
 from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
+from kvbudget.results.recorded_merges import ray_serve_merge_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
 from kvbudget.results.recorded_vllm_bench_client import forward_said, pooling_problem
 from kvbudget.results.recorded_vllm_benchmark import (
@@ -356,7 +357,7 @@ def _latency_refusal(doc: Mapping[str, Any]) -> str:
             "is one run of vllm bench sweep serve (run=N.json) without per-request "
             "data (aggregates only); add --save-detailed to the sweep's --bench-cmd"
         )
-    foreign = _foreign_backend(doc)
+    foreign = _foreign_backend(doc) or ray_serve_merge_refusal(doc)
     if foreign:
         return foreign
     if "model_id" in doc or "tokenizer_id" in doc or "endpoint_type" in doc:

@@ -84,6 +84,11 @@ def _refused(path: Path, problem: str) -> str:
     return f"{path}: not a trace: {'it ' if first in ('is', 'holds', 'was') else ''}{problem}"
 
 
+NO_REQUEST_SAID = ("holds aggregate figures", "holds a configuration")
+"""How the recordings' reader begins its refusal of a file of no tool it knows that holds no
+request at all (:mod:`kvbudget.results.recorded_aggregates`): said where a trace is asked for
+too, not sent on to ``validate --records``, which refuses it."""
+
 _NOT_A_RUN = "is not a kvbudget run directory"
 """How :func:`~kvbudget.results.recorded_dirs.tool_dir_refusal` begins where it names no tool
 (a folder of data files, of aggregates, of runs below it)."""
@@ -130,7 +135,9 @@ def recording_named(path: str | Path) -> str | None:
                 head_utf8(path, 1 << 16).split(b"\n", 1)[0].decode("utf-8", "replace").split(",")
             )
             return _refused(path, said) if said else None
-    except UnknownFileError:  # no tool's file this reader knows: its folder may be one's
+    except UnknownFileError as unknown:  # no tool's file this reader knows: its folder may be one's
+        if unknown.problem.startswith(NO_REQUEST_SAID):  # it holds figures or settings only
+            return _refused(path, unknown.problem)
         try:
             return _folder_named(path) if path.is_file() else None
         except (OSError, ValueError, LookupError, RecursionError):  # TraceError included

@@ -80,11 +80,11 @@ from typing import Any
 from kvbudget.results.recorded_aggregates import (
     DOCUMENT_SUFFIXES,
     aggregate_line_refusal,
-    aggregate_object_refusal,
     aggregate_table_refusal,
     dataset_header_refusal,
     dataset_refusal,
     document_refusal,
+    no_request_refusal,
     one_field_refusal,
     unknown_requests_refusal,
     unsent_records_refusal,
@@ -119,6 +119,7 @@ from kvbudget.results.recorded_llama_benchy import (
 )
 from kvbudget.results.recorded_llm_load_test import is_llm_load_test, read_llm_load_test
 from kvbudget.results.recorded_llmd import is_llmd_report, refuse_llmd_report
+from kvbudget.results.recorded_merges import merge_refusal_at
 from kvbudget.results.recorded_multi_round_qa import is_multi_round_qa, read_multi_round_qa
 from kvbudget.results.recorded_otel import flat_spans_refusal, is_otlp_traces, read_otel
 from kvbudget.results.recorded_plans import benchmark_plan_refusal
@@ -270,7 +271,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
         return "dynamo-trace"
     if is_genai_bench_result(doc) or is_genai_bench_metadata(doc):
         return "genai-bench"
-    summary = summary_refusal(doc) or benchmark_plan_refusal(doc)
+    summary = merge_refusal_at(path, doc) or summary_refusal(doc) or benchmark_plan_refusal(doc)
     if summary:
         raise TraceError(path, _said_of_every_line(path, doc, summary))
     sessions = (
@@ -304,7 +305,7 @@ def _detect_object(path: Path, doc: dict[str, Any]) -> str:
             raise TraceError(path, problem)
     if not {"arrival_s", "prompt_tokens", "output_tokens"} & set(doc) or _spans_lines(path):
         aggregates = (
-            aggregate_object_refusal(doc)
+            no_request_refusal(doc)
             or unknown_requests_refusal(doc, one_a_line=_json_lines(path))
             or dataset_refusal(doc)
         )

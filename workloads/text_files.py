@@ -163,3 +163,34 @@ def utf8_file(path: Path) -> Iterator[Path]:
             raise type(exc)(  # its kind kept (a file no reader placed: UnknownFileError)
                 path, exc.problem, line=exc.line, row=exc.row, field=exc.field
             ) from None
+
+
+TEXT_OF_NO_TOOL = "a text file (a log, a report, what a script printed) of no tool kvbudget reads"
+"""What a file of text lines, not a table nor JSON, is said to be."""
+
+COMMENT_SAID = (
+    "begins with '#' (a comment, or a heading), not a header of comma-separated columns, and "
+    "no header follows it"
+)
+"""What is said of a first line :func:`comment_first_line` finds."""
+
+
+def _names(line: str) -> bool:
+    """Whether ``line`` is a header of two or more comma-separated column names."""
+    fields = [f.strip() for f in line.split(",")]
+    return len(fields) >= 2 and all(f.isidentifier() for f in fields)
+
+
+def comment_first_line(head: bytes) -> str | None:
+    """The first non-blank line of ``head`` where it is a comment (``#`` first, as in a log or
+    a script's printed report: github.com/SvangenStudios/dgx-spark-agent-serving-benchmarks
+    db751d5 ``results/raw/ab-256k-2026-08-02.log``, ``# Raw output — 256K prefill/decode
+    overlap A/B, 2026-08-02``, whose comma made it read as a CSV header of two odd columns)
+    and no header of column names is there: not a commented header (``numpy.savetxt``'s
+    ``# a,b,c``), nor one on the first line that is no comment; else None."""
+    lines = [line.strip() for line in head.decode("utf-8", "replace").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines or not lines[0].startswith("#") or _names(lines[0].lstrip("#")):
+        return None
+    below = next((line for line in lines if not line.startswith("#")), "")
+    return None if _names(below) else lines[0]

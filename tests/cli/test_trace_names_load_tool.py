@@ -240,7 +240,6 @@ def test_the_five_tools_lines(tmp_path: Path) -> None:
 EDGE_CASES: dict[str, str | bytes] = {
     "unknown.json": '{"foo": 1, "bar": 2}\n',
     "unknown_indented.json": '{\n  "foo": 1,\n  "bar": [1, 2]\n}\n',
-    "figures.json": '{"name": "x", "results": {"mean_latency": 1.2, "throughput": 4}}\n',
     "list.json": "[1, 2, 3]\n",
     "columns.csv": "a,b\n1,2\n",
     "words.txt": "hello world\n",
@@ -253,9 +252,9 @@ EDGE_CASES: dict[str, str | bytes] = {
 
 @pytest.mark.parametrize("name", sorted(EDGE_CASES))
 def test_a_file_of_no_tool_keeps_the_trace_loaders_line(tmp_path: Path, name: str) -> None:
-    """Hand-made: an unknown JSON (one line or indented), figures of no tool named, a JSON
-    list, a table of other columns, words, empty files: what the trace loader says of each,
-    as before (the recordings' reader names no tool in them either)."""
+    """Hand-made: an unknown JSON (one line or indented), a JSON list, a table of other
+    columns, words, empty files: what the trace loader says of each, as before (the
+    recordings' reader names no tool in them either)."""
     path = tmp_path / name
     held = EDGE_CASES[name]
     path.write_bytes(held if isinstance(held, bytes) else held.encode())
@@ -269,6 +268,21 @@ def test_a_file_of_no_tool_keeps_the_trace_loaders_line(tmp_path: Path, name: st
         code, _, stderr = run(*args)
         assert code == 2
         assert stderr == f"error: {loader.value}\n", stderr
+
+
+def test_figures_of_no_tool_are_said_to_hold_no_request(tmp_path: Path) -> None:
+    """Hand-made figures of no tool named: the trace loader sent them on as "a load tool's
+    result ... kvbudget validate --records FILE simulates its requests", which refuses them
+    as aggregate figures; that refusal is said here at once."""
+    path = tmp_path / "figures.json"
+    path.write_text('{"name": "x", "results": {"mean_latency": 1.2, "throughput": 4}}\n')
+    code, _, stderr = run("simulate", "--trace", path)
+    assert code == 2
+    assert flat(stderr).startswith(
+        f"error: {path}: not a trace: it holds aggregate figures (results.mean_latency, "
+        "results.throughput), not per-request records"
+    ), stderr
+    assert RECORDING_HINT not in flat(stderr)
 
 
 def test_a_trace_that_is_also_a_recording_reads_as_a_trace(tmp_path: Path) -> None:

@@ -12,7 +12,15 @@ import numpy as np
 import kvbudget.workloads.traces._tabular as _tabular
 from kvbudget.workloads.errors import TraceError, UnknownFileError
 from kvbudget.workloads.errors import json_problem as _json_problem
-from kvbudget.workloads.text_files import encoding_of, encoding_said, utf8_file
+from kvbudget.workloads.text_files import (
+    COMMENT_SAID,
+    TEXT_OF_NO_TOOL,
+    comment_first_line,
+    encoding_of,
+    encoding_said,
+    head_utf8,
+    utf8_file,
+)
 from kvbudget.workloads.traces._csv import split_header
 from kvbudget.workloads.traces._files import (
     SERVEGEN_CHUNK,
@@ -163,6 +171,11 @@ def detect_format(path: str | Path, options: TraceOptions | None = None) -> str:
     if _GENERIC_HINT & header or mapped & header:
         return "generic"
     _refuse_one_short(path, columns, _signatures(), "column")
+    comment = comment_first_line(head_utf8(path, 1 << 12))
+    if comment:
+        raise UnknownFileError(path, f"its first line {comment[:80]!r} {COMMENT_SAID}: "
+                               f"{TEXT_OF_NO_TOOL}, no trace (a CSV with a header, or JSON "
+                               "lines, one request a line)", line=1)
     raise UnknownFileError(path, f"cannot tell the trace format from the header {first[:80]!r}; "
                            f"pass a format ({', '.join(FORMATS)}); {RECORDING_HINT}", line=1)
 
