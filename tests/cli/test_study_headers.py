@@ -6,8 +6,11 @@ screen said before."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -138,3 +141,30 @@ def test_a_traces_file_is_said_by_its_name_not_as_resolved() -> None:
     machine's and not what the user typed: it now says the file's name."""
     mix = {"source": "/home/me/traces/t.csv", "format": "lengths", "tiers": []}
     assert mix_said("t", mix) == "workload t: source t.csv, format lengths"
+
+
+def test_a_studys_rate_is_the_one_its_table_scales(tmp_path: Path) -> None:
+    """``capacity`` said 'workload default: 1,617 requests over 5.0 min (5.4 req/s at rate scale
+    1)', the scenario seed's draw, which no replication runs, while its capacity is a mean over
+    the replications' own draws (5.56 req/s at rate scale 1): a capacity of 3.93 req/s read as
+    scale 0.73 where the search found 0.71. ``sweep`` said 5.96 req/s above a table whose
+    'offered req/s' said 5.7. The line now gives the replications' mean, which each table's
+    rate is the scaled mean of, and the seed's draw as the seed's."""
+    load = re.compile(r"workload default: [\d,.]+ requests over [\d.]+ s \(([\d.]+) req/s"
+                      r"( at rate scale 1)?\) on average over the 2 replications' draws, each "
+                      r"replication drawing its own requests; the scenario's seed 0, which no "
+                      r"replication runs, draws the mix below: 200 requests over ")
+    args = ("-r", "2", "-j", "1", "--no-plot", "--set", "workload.num_requests=200")
+    code, _, stderr = run("capacity", *args, "--rel-tol", "0.5", "--out", tmp_path / "c")
+    assert code == 0, stderr
+    said = load.search(lines(stderr)[0])
+    assert said and said.group(2), lines(stderr)[0]
+    found = json.loads((tmp_path / "c" / "capacity.json").read_text())["policies"][0]
+    assert f"{found['capacity_rps'] / found['rate_scale']:.3g}" == said.group(1), found
+    code, stdout, stderr = run("sweep", *args, "--out", tmp_path / "s")
+    assert code == 0, stderr
+    said = load.search(lines(stderr)[0])
+    assert said and not said.group(2), lines(stderr)[0]
+    table = pd.read_parquet(tmp_path / "s" / "sweep.parquet")
+    assert f"{table['offered_rate_rps'].mean():.3g}" == said.group(1), table
+    assert float(stdout.splitlines()[2].split()[-1]) == float(said.group(1)), stdout  # its cell
