@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.cost_model import read_cost_file
 from kvbudget.perf.fitted_on import read_fitted_on
-from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.results.said import (
     arrivals_said,
@@ -185,8 +184,6 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
         scn.spec.model, get_model(scn.spec.model).name, "model" in scn.defaulted))
     moved = any(k in _DEPLOYMENT or k.split(".")[0] in _DEPLOYMENT for k in varies)
     s = planned_summary(scn.sim_config(), workload)
-    if s is None:
-        return model + ("" if moved else " on " + _deployment(scn))
     s.update(defaulted_of(scn, varies))  # the scenario's, as its runs' summaries keep them
     given = scn.spec.engine
     knobs = dict(s["engine_knobs"])
@@ -204,39 +201,6 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
     where = None if not moved else "the deployments the study tries (each with its own KV capacity" + (
         f" and its GPU's default {' and '.join(by_gpu)})" if by_gpu else ")")
     return served_said(s, model, where)
-
-
-def _deployment(scn: Scenario) -> str:
-    """What every run of the study is served by (what its per-GPU figures are per): the
-    scenario's GPU; a fleet's replicas of it (their GPUs where ``fleet.gpus`` gives them, an
-    autoscaled fleet's bounds); a disaggregated deployment's pools, each on its own GPU and
-    tensor parallelism, as ``simulate``'s line says them."""
-    spec = scn.spec
-    gpu = as_given(spec.gpu, get_gpu(spec.gpu).name, "gpu" in scn.defaulted)
-
-    def on(name: str, tp: int) -> str:
-        return (f"{tp} x " if tp > 1 else "") + name
-
-    tp = spec.engine.tensor_parallel_size
-    d = spec.disaggregation
-    if d is not None:
-        return "disaggregated pools (" + "; ".join(
-            f"{name}: {counted(p.num_replicas, 'replica')} of "
-            + on(get_gpu(p.gpu).name if p.gpu else gpu,
-                 int(p.engine.get("tensor_parallel_size", tp)))
-            for name, p in (("prefill", d.prefill), ("decode", d.decode)) if p is not None) + ")"
-    fleet = spec.fleet
-    if fleet is None:
-        return on(gpu, tp)
-    auto = fleet.autoscale
-    count = (f"{auto.min_replicas} to {auto.max_replicas} replicas (autoscaled)"
-             if auto is not None else counted(fleet.num_replicas, "replica"))
-    if not fleet.gpus:
-        return f"{count} of {on(gpu, tp)}"
-    kinds: dict[str, int] = {}
-    for g in fleet.gpus:  # as given, as simulate's line names them
-        kinds[g] = kinds.get(g, 0) + 1
-    return count + " (" + "; ".join(f"{n:,} of {on(g, tp)}" for g, n in kinds.items()) + ")"
 
 
 def cost_model_said(path: Path | None, *, transfer: bool = False,

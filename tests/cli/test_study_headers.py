@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import tomli_w
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.said import mix_said
+from kvbudget.simulator.scenario import default_scenario_dict
 
 SMALL = ("--set", "workload.num_requests=30")
 
@@ -168,3 +171,44 @@ def test_a_studys_rate_is_the_one_its_table_scales(tmp_path: Path) -> None:
     table = pd.read_parquet(tmp_path / "s" / "sweep.parquet")
     assert f"{table['offered_rate_rps'].mean():.3g}" == said.group(1), table
     assert float(stdout.splitlines()[2].split()[-1]) == float(said.group(1)), stdout  # its cell
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def doc_scenario(doc: str, tmp_path: Path) -> Path:
+    """The default scenario with the first TOML block of ``docs/DOC`` over it (its tables
+    merged into the default's): the page's own example deployment."""
+    block = re.search(r"```toml\n(.*?)```", (DOCS / doc).read_text(), re.S)
+    assert block, doc
+    data = default_scenario_dict()
+    for key, value in tomllib.loads(block.group(1)).items():
+        old = data.get(key)
+        data[key] = {**old, **value} if isinstance(old, dict) else value
+    path = tmp_path / f"{Path(doc).stem}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed"])
+def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
+        deployment: str, tmp_path: Path) -> None:
+    """A disaggregated deployment (docs/disaggregation.md's), an autoscaled fleet
+    (docs/autoscaling.md's) and a fleet over two GPUs kept the old first line, 'model
+    Llama-3.1-8B on disaggregated pools (prefill: 2 replicas of H100-SXM; decode: 6 replicas of
+    H100-SXM)': no router, no pool's engine knobs nor the [engine] ones, no KV capacity, which
+    simulate's line says. Each is resolved before the runs as the run resolves it (each pool's,
+    each replica GPU's setup), and said in simulate's words."""
+    if deployment == "mixed":
+        where = ["--set", 'fleet.gpus=["H100", "H100", "A100-80GB"]', "--set",
+                 "fleet.num_replicas=3"]
+    else:
+        where = ["--scenario", str(doc_scenario(deployment, tmp_path))]
+    code, stdout, stderr = run("simulate", *where, *SMALL)
+    assert code == 0, stderr
+    sim = served(lines(stdout)[0], "simulated: ")
+    code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
+                          *where, *SMALL)
+    assert code == 0, stderr
+    assert served(lines(stderr)[0], "model ") == sim
+    assert ", KV capacity " in sim and ", engine vllm (" in sim, sim
