@@ -198,6 +198,9 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
     s["engine_knobs"] = knobs
     if moved or gone or "model" in tops:  # each run's own
         s.pop("kv_capacity_tokens")
+    if moved:  # the scenario's fleet or pools are not the deployments tried: whose capacity
+        s["engine"] = {k: v for k, v in s["engine"].items()  # is none of theirs
+                       if k not in ("fleet", "disaggregation")}
     where = None if not moved else "the deployments the study tries (each with its own KV capacity" + (
         f" and its GPU's default {' and '.join(by_gpu)})" if by_gpu else ")")
     return served_said(s, model, where)

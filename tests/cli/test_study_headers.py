@@ -212,3 +212,17 @@ def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
     assert code == 0, stderr
     assert served(lines(stderr)[0], "model ") == sim
     assert ", KV capacity " in sim and ", engine vllm (" in sim, sim
+
+
+def test_a_study_that_varies_the_deployment_says_no_capacity_of_the_scenarios_fleet(
+        tmp_path: Path) -> None:
+    """``plan`` on docs/autoscaling.md's fleet tries its own deployments: its first line said
+    the engine's knobs followed by '(at 8 replicas)', the scenario's autoscaled capacity's
+    words with no capacity before them and none of the deployments tried."""
+    where = ["--scenario", str(doc_scenario("autoscaling.md", tmp_path))]
+    code, _, stderr = run("plan", *where, *SMALL, "--gpus", "H100-80GB", "--replicas", "2",
+                          "-r", "1", "-j", "1", "--out", tmp_path / "p")
+    assert code == 0, stderr
+    first = served(lines(stderr)[0], "model ")
+    assert first.endswith("gpu_memory_utilization 0.92)"), first
+    assert "(at " not in first and "KV capacity " not in first.split("), engine ")[1], first
