@@ -36,6 +36,7 @@ from kvbudget.studies.compare import Comparison, compare
 from kvbudget.studies.executors import EXECUTORS, make_executor
 from kvbudget.studies.intervals import check_level, draw_intervals, headline
 from kvbudget.studies.setting import once_where_fixed
+from kvbudget.studies.sweep import replication_seeds
 
 if TYPE_CHECKING:
     from kvbudget.simulator.scenario import Scenario
@@ -171,7 +172,8 @@ def compare_cmd(
                     run.write(out / name)
         else:  # the runs' table names neither the model nor the workload: say them first
             runs, once = once_where_fixed(scn, replications, ["policy"])  # compare's own
-            setting = say_workload(scn, defaults=defaults_said(setup), once=once)
+            setting = say_workload(scn, defaults=defaults_said(setup), once=once,
+                                   seeds=replication_seeds(scn.seed, runs))
             result = _replicated(scn, names, (replications, runs), seed, metric, confidence,
                                  setting, (executor, jobs, address), out)
             replications = result.replications  # 1 where it ran once: its one-run table

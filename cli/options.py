@@ -558,7 +558,8 @@ def flag_named(exc: ValueError, scenario: Path | None,
 
 
 def say_workload(scn: "Scenario", varies: Collection[str] = (),
-                 defaults: str | None = None, once: str | None = None) -> tuple[str, ...]:
+                 defaults: str | None = None, once: str | None = None,
+                 seeds: Sequence[int] = ()) -> tuple[str, ...]:
     """On stderr, before a study's many runs, the model, the GPU and the workload they take
     and what loading the workload warned of or assumed (a trace's missing tiers and
     ``max_tokens``, drawn arrivals): their tables have no room for it, and ``simulate``'s and
@@ -566,8 +567,9 @@ def say_workload(scn: "Scenario", varies: Collection[str] = (),
     Returns the lines, for the study's result (``setting=``): the workload is loaded once.
     ``defaults``: the GPU or model left to the default scenario's (:func:`defaults_said`),
     said after them. ``once``: why the study runs once (a spec's ``once``), said in place
-    of the line on its replications (``SAME_REQUESTS``)."""
-    lines = study_setting(scn, varies, once)
+    of the line on its replications (``SAME_REQUESTS``). ``seeds``: the replications', whose
+    draws the load said is the mean of (as the tables' offered rates are)."""
+    lines = study_setting(scn, varies, once, seeds)
     for line in lines:  # wrapped as simulate's lines are (a study's first line ran to 130)
         typer.echo(fill(line), err=True)
     say_assumed(defaults)

@@ -239,7 +239,8 @@ def _run_plan(spec: PlanSpec, out: Path, *, executor: str, jobs: int | None,
     def on_start(total: int, stored: int) -> tuple[str, ...]:
         nonlocal bar
         # once the options and the stored runs have been checked; the GPU is searched
-        setting = say_workload(spec.scenario, varies=["gpu"], defaults=defaults, once=once)
+        setting = say_workload(spec.scenario, varies=["gpu"], defaults=defaults, once=once,
+                               seeds=spec.seeds())
         typer.echo(fill(f"at most {counted(total, 'run')} ({stored} already in {out}); a "
                         "configuration stops at its first replica count that meets the SLOs"),
                    err=True)

@@ -959,6 +959,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
             f"{counted(held.num_compared, 'request')}):")
         for line in held.said:
             typer.echo(fill(line))
+        _print_server_ttft(held)  # the server's own TTFT, as validate --records prints it
     typer.echo(f"wrote {out}")
 
 

@@ -224,7 +224,7 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
         nonlocal bar
         # once the options and the stored runs have been checked
         say_workload(plan.scenario, varies=[a.key for a in plan.axes], defaults=defaults,
-                     once=plan.once)
+                     once=plan.once, seeds=plan.seeds)
         typer.echo(fill(f"{counted(len(plan.points), 'configuration')} x "
                         f"{counted(plan.replications, 'replication')} = "
                         f"{counted(len(plan.runs), 'run')} ({stored} already in {out}, {todo} to "
@@ -356,7 +356,8 @@ def tune_cmd(
         refuse_searched(setup, "tune", {p.key: f"--param {p.key}" for p in spec.params})
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=[p.key for p in spec.params], once=spec.once,
-                               defaults=defaults_said(setup, varies=[p.key for p in spec.params]))
+                               defaults=defaults_said(setup, varies=[p.key for p in spec.params]),
+                               seeds=spec.seeds())
         result = _tune_with_bar(spec, ex, out, resume=resume, setting=setting)
         written = result.write(out)
         frame = evaluations_frame(result)
@@ -532,7 +533,7 @@ def capacity_cmd(
         stored = StoredRuns(out, resume=resume, what="capacity search")
         ex = _executor(executor, jobs, address)
         setting = say_workload(scn, varies=["rate_scale"],  # the search scales the load
-                               defaults=defaults_said(setup), once=spec.once)
+                               defaults=defaults_said(setup), once=spec.once, seeds=spec.seeds())
         result, curve, scales, consistent = _capacity_with_bar(
             spec, ex, out, stored=stored, curve_points=curve_points, setting=setting)
         written = result.write(out)

@@ -18,8 +18,8 @@ from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
-           "cost_said", "figure", "fill", "frontend_said", "mix_said", "served_said",
-           "setting_lines"]
+           "cost_said", "figure", "fill", "frontend_said", "mix_said", "rate_said",
+           "served_said", "setting_lines"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -224,9 +224,15 @@ def arrivals_said(num: int, window: Any, note: str = "") -> str:
     minute was meant). ``""`` below two arrivals or without a span."""
     if not isinstance(window, int | float) or not window > 0 or num < 2:
         return ""
+    return rate_said(mean_arrival_rate(num, window) or 0, window, note)
+
+
+def rate_said(rate: float, window: float, note: str = "") -> str:
+    """`` over SPAN (RATE req/s NOTE)``: :func:`arrivals_said`'s words for a span and a rate
+    given (a study's means over its replications' draws)."""
     span = (f"{window:,.1f} s" if window < 120 else f"{window / 60:,.1f} min"
             if window < 7200 else f"{window / 3600:,.1f} h")
-    return f" over {span} ({mean_arrival_rate(num, window) or 0:.3g} req/s{note})"
+    return f" over {span} ({rate:.3g} req/s{note})"
 
 
 def _closed_loop(users: Any) -> str:

@@ -136,6 +136,11 @@ class CapacitySpec(WorldDraws):
         if self.interval is not None:
             check_level(self.interval, self.replications)
 
+    def seeds(self) -> list[int]:
+        """The replications' seeds (:func:`~kvbudget.studies.sweep.replication_seeds`)."""
+        assert self.root_seed is not None  # set in __post_init__
+        return replication_seeds(self.root_seed, self.replications)
+
     def criteria(self) -> list[str]:
         """What a load must meet, in words (``overall_slo_attainment>=0.9``, SLOs)."""
         out = [f"{self.metric}>={self.target:g}"] if self.use_target else []
@@ -369,7 +374,8 @@ def capacity(spec: CapacitySpec, executor: Executor | None = None, *,
     gpus = num_gpus(spec.scenario)
     results = [_result(s, spec, gpus) for s in searches.values()]
     return CapacityResult(spec, results, all_rows, world_rows, tuple(setting) if setting
-                          is not None else study_setting(spec.scenario, ["rate_scale"], spec.once))
+                          is not None else study_setting(spec.scenario, ["rate_scale"], spec.once,
+                                                         seeds))
 
 
 def _rate_at(rows: Sequence[dict[str, Any]]) -> float:

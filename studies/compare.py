@@ -228,7 +228,7 @@ def compare(
                          f"{', '.join(default_metrics(scenario)[:3])})")
     table = _table(runs, names, wanted, confidence)
     said = tuple(setting_lines([r.summary for r in results])) if results else \
-        tuple(setting) if setting is not None else study_setting(scenario)
+        tuple(setting) if setting is not None else study_setting(scenario, seeds=plan.seeds)
     if once is not None and once not in said:
         said = (*said, once)
     return Comparison(names, wanted, replications, confidence, runs, table, params, results,

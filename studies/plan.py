@@ -262,6 +262,11 @@ class PlanSpec(WorldDraws):
         if self.interval is not None:
             check_level(self.interval, self.replications)
 
+    def seeds(self) -> list[int]:
+        """The replications' seeds (:func:`~kvbudget.studies.sweep.replication_seeds`)."""
+        assert self.root_seed is not None  # set in __post_init__
+        return replication_seeds(self.root_seed, self.replications)
+
     def grid_axes(self) -> list[Axis]:
         values = self.param_values
         if values is None:
@@ -701,7 +706,7 @@ def plan(
                       + (" (every prefill:decode split)" if c.disaggregated else "")
                       if c.tried else "not run")
     return PlanResult(spec, candidates, all_rows, notes, tuple(setting) if setting is not None
-                      else study_setting(spec.scenario, ["gpu"], spec.once))
+                      else study_setting(spec.scenario, ["gpu"], spec.once, spec.seeds()))
 
 
 def price_note(spec: PlanSpec) -> str:

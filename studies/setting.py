@@ -6,12 +6,12 @@ before their runs (their tables name none of it); a study's result keeps them
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.perf.cost_model import read_cost_file
 from kvbudget.perf.fitted_on import read_fitted_on
-from kvbudget.perf.hardware import get_gpu
 from kvbudget.perf.models import get_model
 from kvbudget.results.said import (
     arrivals_said,
@@ -19,9 +19,11 @@ from kvbudget.results.said import (
     cost_said,
     fill,
     mix_said,
+    rate_said,
     served_said,
 )
 from kvbudget.simulator.planned import planned_summary
+from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.mix import mix_of
 from kvbudget.workloads.traces.report import load_said
@@ -96,7 +98,7 @@ def defaulted_of(scn: Scenario, varies: Collection[str] = ()) -> dict[str, list[
 
 
 def study_setting(scn: Scenario, varies: Collection[str] = (),
-                  once: str | None = None) -> tuple[str, ...]:
+                  once: str | None = None, seeds: Sequence[int] = ()) -> tuple[str, ...]:
     """``model M on G; workload W: N requests over SPAN (RATE req/s)`` (an open loop's
     arrivals, as ``simulate``'s line says them; ``at rate scale 1`` where the study scales
     them, ``rate_scale`` in ``varies``; ``models as the study varies them`` where it does; the
@@ -105,7 +107,10 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
     replicas; a disaggregated deployment's pools) where every run takes the scenario's (not
     one the study varies: ``varies``, the keys it varies): what a study's per-GPU figures are
     per. ``once``: why the study ran once
-    (:func:`once_where_fixed`), said in place of :data:`SAME_REQUESTS`."""
+    (:func:`once_where_fixed`), said in place of :data:`SAME_REQUESTS`. ``seeds``: the
+    replications' (:func:`~kvbudget.studies.sweep.replication_seeds`): where the seed draws
+    the requests, the load said is the mean of theirs (:func:`_drawn_load`), which the
+    tables' offered rates are means of, not the scenario seed's, which no replication runs."""
     workload = scn.workload()
     spec = scn.spec
     loop = spec.closed_loop
@@ -119,11 +124,18 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
         notes.append(f"each replication draws its own {drawn}")
     at = " and ".join(w for w, on in (("values", varied), ("seed", drawn)) if on)
     # the load, as simulate's line says it; a study that scales it says whose rate it is
-    load = "" if loop is not None else arrivals_said(
-        len(workload), workload.span_s, " at rate scale 1" if "rate_scale" in varies else "")
-    return (f"{_served(scn, workload, varies)}; workload {workload.name}: "
-            f"{counted(len(workload), 'request')}"
-            + load + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "")
+    scale = " at rate scale 1" if "rate_scale" in varies else ""
+    load = "" if loop is not None else arrivals_said(len(workload), workload.span_s, scale)
+    head, tail = counted(len(workload), "request") + load, ""
+    if drawn and loop is None and seeds:  # what the runs draw, as their tables' means are
+        head = _drawn_load(scn, seeds, scale)
+        tail = (f", each replication drawing its own {drawn}; the scenario's seed {spec.seed}, "
+                f"which no replication runs, draws the mix below: "
+                f"{counted(len(workload), 'request')}{load}")
+        notes.pop()
+        at = "values"
+    return (f"{_served(scn, workload, varies)}; workload {workload.name}: {head}"
+            + (f" at the scenario's {at} ({'; '.join(notes)})" if notes else "") + tail
             + (f", sent in closed loop by {counted(loop.num_users, 'user')}" if loop else ""),
             mix_said(workload.name, mix_of(workload), spec.seed),
             *cost_model_said(scn.cost_model_path(), transfer=spec.cost_model_transfer,
@@ -133,6 +145,23 @@ def study_setting(scn: Scenario, varies: Collection[str] = (),
             *(f"{label}: {workload.name}: {text}"
               for key, label in (("warnings", "warning"), ("assumed", "assumed"))
               for text in said.get(key, ())))
+
+
+def _drawn_load(scn: Scenario, seeds: Sequence[int], scale: str) -> str:
+    """``N requests over SPAN (RATE req/s) on average over the R replications' draws``: the
+    means of the requests, the arrival span and the offered rate (``offered_rate_rps``, as
+    their runs' rows have it; ``scale``: the rate's note) of the workloads ``seeds`` draw from
+    ``scn``. A study's offered rates (sweep's ``offered req/s``, capacity's ``capacity req/s``
+    over its rate scale) are means over the same draws: the two agree."""
+    drawn = [replace(scn, spec=replace(scn.spec, seed=int(s))).workload() for s in seeds]
+    num = sum(len(w) for w in drawn) / len(drawn)
+    said = (f"{num:,.0f}" if num == int(num) else f"{num:,.1f}") + " requests"
+    rates = [mean_arrival_rate(len(w), w.span_s) for w in drawn]
+    if all(r is not None for r in rates):
+        said += rate_said(sum(r or 0.0 for r in rates) / len(rates),
+                          sum(w.span_s for w in drawn) / len(drawn), scale)
+    return said + " on average over " + (f"the {len(seeds)} replications' draws"
+                                         if len(seeds) > 1 else "the replication's draw")
 
 
 _DEPLOYMENT = ("gpu", "fleet", "disaggregation", "engine.tensor_parallel_size")
@@ -155,8 +184,6 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
         scn.spec.model, get_model(scn.spec.model).name, "model" in scn.defaulted))
     moved = any(k in _DEPLOYMENT or k.split(".")[0] in _DEPLOYMENT for k in varies)
     s = planned_summary(scn.sim_config(), workload)
-    if s is None:
-        return model + ("" if moved else " on " + _deployment(scn))
     s.update(defaulted_of(scn, varies))  # the scenario's, as its runs' summaries keep them
     given = scn.spec.engine
     knobs = dict(s["engine_knobs"])
@@ -171,42 +198,12 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
     s["engine_knobs"] = knobs
     if moved or gone or "model" in tops:  # each run's own
         s.pop("kv_capacity_tokens")
+    if moved:  # the scenario's fleet or pools are not the deployments tried: whose capacity
+        s["engine"] = {k: v for k, v in s["engine"].items()  # is none of theirs
+                       if k not in ("fleet", "disaggregation")}
     where = None if not moved else "the deployments the study tries (each with its own KV capacity" + (
         f" and its GPU's default {' and '.join(by_gpu)})" if by_gpu else ")")
     return served_said(s, model, where)
-
-
-def _deployment(scn: Scenario) -> str:
-    """What every run of the study is served by (what its per-GPU figures are per): the
-    scenario's GPU; a fleet's replicas of it (their GPUs where ``fleet.gpus`` gives them, an
-    autoscaled fleet's bounds); a disaggregated deployment's pools, each on its own GPU and
-    tensor parallelism, as ``simulate``'s line says them."""
-    spec = scn.spec
-    gpu = as_given(spec.gpu, get_gpu(spec.gpu).name, "gpu" in scn.defaulted)
-
-    def on(name: str, tp: int) -> str:
-        return (f"{tp} x " if tp > 1 else "") + name
-
-    tp = spec.engine.tensor_parallel_size
-    d = spec.disaggregation
-    if d is not None:
-        return "disaggregated pools (" + "; ".join(
-            f"{name}: {counted(p.num_replicas, 'replica')} of "
-            + on(get_gpu(p.gpu).name if p.gpu else gpu,
-                 int(p.engine.get("tensor_parallel_size", tp)))
-            for name, p in (("prefill", d.prefill), ("decode", d.decode)) if p is not None) + ")"
-    fleet = spec.fleet
-    if fleet is None:
-        return on(gpu, tp)
-    auto = fleet.autoscale
-    count = (f"{auto.min_replicas} to {auto.max_replicas} replicas (autoscaled)"
-             if auto is not None else counted(fleet.num_replicas, "replica"))
-    if not fleet.gpus:
-        return f"{count} of {on(gpu, tp)}"
-    kinds: dict[str, int] = {}
-    for g in fleet.gpus:  # as given, as simulate's line names them
-        kinds[g] = kinds.get(g, 0) + 1
-    return count + " (" + "; ".join(f"{n:,} of {on(g, tp)}" for g, n in kinds.items()) + ")"
 
 
 def cost_model_said(path: Path | None, *, transfer: bool = False,

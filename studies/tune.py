@@ -294,6 +294,11 @@ class TuneSpec:
         if self.root_seed is None:
             self.root_seed = self.scenario.seed
 
+    def seeds(self) -> list[int]:
+        """The replications' seeds (:func:`~kvbudget.studies.sweep.replication_seeds`)."""
+        assert self.root_seed is not None  # set in __post_init__
+        return replication_seeds(self.root_seed, self.replications)
+
     def max_runs(self) -> int:
         """Runs the search makes at most: the grid, the refinement and the validation (a
         progress bar's total; a refinement that converges early makes fewer)."""
@@ -785,7 +790,7 @@ def tune(spec: TuneSpec, executor: Executor | None = None, out_dir: Path | None 
     return TuneResult(spec, ev.evaluations, best, validation,
                       tuple(setting) if setting is not None else
                       study_setting(spec.scenario, [p.key for p in spec.params],
-                                    spec.once))
+                                    spec.once, spec.seeds()))
 
 
 _ARRIVAL_WINDOW_RATE = re.compile(r"^(.*)_output_tokens_per_s$")

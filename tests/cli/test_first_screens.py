@@ -386,20 +386,26 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
     """``kvbudget compare --policies conservative,overcommit ... -r 10`` (the README's "better,
     or noise?") opened with "workload default: 1,617 requests": the scenario seed's draw,
     which no replication runs (replication r draws from the r-th child of the seed: 1,668,
-    1,667, 1,702 requests at -r 3). The line now says the count is the scenario seed's and
-    that each replication draws its own."""
+    1,667, 1,702 requests at -r 3). It then said the count was the scenario seed's, but its
+    rate beside the tables' means of the replications' (sweep's 'offered req/s' 5.7 under a
+    line saying 5.96): two rates for one workload. The line now gives the replications' means,
+    the runs' own, and the seed's draw as the seed's."""
     code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
-    said = re.search(r"; workload default: (\d+) requests over [\d.]+ s \([\d.]+ req/s\) at "
-                     r"the scenario's seed \(each "
-                     r"replication draws its own requests and count\)$", first)
+    said = re.search(r"; workload default: ([\d.,]+) requests over [\d.]+ s \(([\d.]+) req/s\) "
+                     r"on average over the 2 replications' draws, each replication drawing its "
+                     r"own requests and count; the scenario's seed 0, which no replication runs, "
+                     r"draws the mix below: (\d+) requests over [\d.]+ s \([\d.]+ req/s\)$",
+                     first)
     assert said, first
     import pandas as pd
 
-    counts = pd.read_parquet(tmp_path / "c" / "runs.parquet")["num_requests"].tolist()
-    assert int(said.group(1)) not in counts, (first, counts)  # no replication ran the seed's
+    runs = pd.read_parquet(tmp_path / "c" / "runs.parquet")
+    assert float(said.group(1)) == runs["num_requests"].mean(), (first, runs["num_requests"])
+    assert said.group(2) == f"{runs['offered_rate_rps'].mean():.3g}", first
+    assert int(said.group(3)) not in runs["num_requests"].tolist()  # no replication ran it
 
 
 def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
@@ -434,13 +440,15 @@ def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> N
                           "-j", "1", "--out", tmp_path / "p")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]
-    assert f"requests{load.group(0)} at the scenario's seed" in first, (first, load.group(0))
+    seed = "the scenario's seed 0, which no replication runs, draws the mix below: "
+    assert f"{seed}{len(default_scenario(short[1:]).workload())} requests{load.group(0)}" in first, (
+        first, load.group(0))
     code, _, stderr = run("capacity", *short, "-r", "1", "--rel-tol", "0.5", "-j", "1",
                           "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]
     scaled = load.group(0).replace(" req/s)", " req/s at rate scale 1)")
-    assert f"requests{scaled} at the scenario's seed" in first, (first, scaled)
+    assert f"requests{scaled}" in first.split(seed)[1], (first, scaled)
 
 
 @pytest.mark.parametrize(("args", "said"), [

@@ -219,13 +219,15 @@ def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:
     to the width, its words unchanged."""
     from kvbudget.simulator.scenario import load_scenario
     from kvbudget.studies.setting import study_setting
+    from kvbudget.studies.sweep import replication_seeds
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(tomli_w.dumps(small_scenario_dict(30, 8.0)))
     code, _, stderr = run("compare", "--scenario", scenario, "--policies", "conservative",
                           "-r", "2", "-j", "1")
     assert code == 0, stderr
-    said, _mix = study_setting(load_scenario(scenario))
+    scn = load_scenario(scenario)
+    said, _mix = study_setting(scn, seeds=replication_seeds(scn.seed, 2))  # compare -r 2's
     assert len(said) > WIDTH  # the line this test is about
     lines = stderr.splitlines()
     rest = list(itertools.takewhile(lambda ln: ln.startswith("  "), lines[1:]))

@@ -6,13 +6,19 @@ screen said before."""
 
 from __future__ import annotations
 
+import json
+import re
+import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import tomli_w
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.said import mix_said
+from kvbudget.simulator.scenario import default_scenario_dict
 
 SMALL = ("--set", "workload.num_requests=30")
 
@@ -138,3 +144,85 @@ def test_a_traces_file_is_said_by_its_name_not_as_resolved() -> None:
     machine's and not what the user typed: it now says the file's name."""
     mix = {"source": "/home/me/traces/t.csv", "format": "lengths", "tiers": []}
     assert mix_said("t", mix) == "workload t: source t.csv, format lengths"
+
+
+def test_a_studys_rate_is_the_one_its_table_scales(tmp_path: Path) -> None:
+    """``capacity`` said 'workload default: 1,617 requests over 5.0 min (5.4 req/s at rate scale
+    1)', the scenario seed's draw, which no replication runs, while its capacity is a mean over
+    the replications' own draws (5.56 req/s at rate scale 1): a capacity of 3.93 req/s read as
+    scale 0.73 where the search found 0.71. ``sweep`` said 5.96 req/s above a table whose
+    'offered req/s' said 5.7. The line now gives the replications' mean, which each table's
+    rate is the scaled mean of, and the seed's draw as the seed's."""
+    load = re.compile(r"workload default: [\d,.]+ requests over [\d.]+ s \(([\d.]+) req/s"
+                      r"( at rate scale 1)?\) on average over the 2 replications' draws, each "
+                      r"replication drawing its own requests; the scenario's seed 0, which no "
+                      r"replication runs, draws the mix below: 200 requests over ")
+    args = ("-r", "2", "-j", "1", "--no-plot", "--set", "workload.num_requests=200")
+    code, _, stderr = run("capacity", *args, "--rel-tol", "0.5", "--out", tmp_path / "c")
+    assert code == 0, stderr
+    said = load.search(lines(stderr)[0])
+    assert said and said.group(2), lines(stderr)[0]
+    found = json.loads((tmp_path / "c" / "capacity.json").read_text())["policies"][0]
+    assert f"{found['capacity_rps'] / found['rate_scale']:.3g}" == said.group(1), found
+    code, stdout, stderr = run("sweep", *args, "--out", tmp_path / "s")
+    assert code == 0, stderr
+    said = load.search(lines(stderr)[0])
+    assert said and not said.group(2), lines(stderr)[0]
+    table = pd.read_parquet(tmp_path / "s" / "sweep.parquet")
+    assert f"{table['offered_rate_rps'].mean():.3g}" == said.group(1), table
+    assert float(stdout.splitlines()[2].split()[-1]) == float(said.group(1)), stdout  # its cell
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def doc_scenario(doc: str, tmp_path: Path) -> Path:
+    """The default scenario with the first TOML block of ``docs/DOC`` over it (its tables
+    merged into the default's): the page's own example deployment."""
+    block = re.search(r"```toml\n(.*?)```", (DOCS / doc).read_text(), re.S)
+    assert block, doc
+    data = default_scenario_dict()
+    for key, value in tomllib.loads(block.group(1)).items():
+        old = data.get(key)
+        data[key] = {**old, **value} if isinstance(old, dict) else value
+    path = tmp_path / f"{Path(doc).stem}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed"])
+def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
+        deployment: str, tmp_path: Path) -> None:
+    """A disaggregated deployment (docs/disaggregation.md's), an autoscaled fleet
+    (docs/autoscaling.md's) and a fleet over two GPUs kept the old first line, 'model
+    Llama-3.1-8B on disaggregated pools (prefill: 2 replicas of H100-SXM; decode: 6 replicas of
+    H100-SXM)': no router, no pool's engine knobs nor the [engine] ones, no KV capacity, which
+    simulate's line says. Each is resolved before the runs as the run resolves it (each pool's,
+    each replica GPU's setup), and said in simulate's words."""
+    if deployment == "mixed":
+        where = ["--set", 'fleet.gpus=["H100", "H100", "A100-80GB"]', "--set",
+                 "fleet.num_replicas=3"]
+    else:
+        where = ["--scenario", str(doc_scenario(deployment, tmp_path))]
+    code, stdout, stderr = run("simulate", *where, *SMALL)
+    assert code == 0, stderr
+    sim = served(lines(stdout)[0], "simulated: ")
+    code, _, stderr = run("compare", "--policies", "conservative", "-r", "2", "-j", "1",
+                          *where, *SMALL)
+    assert code == 0, stderr
+    assert served(lines(stderr)[0], "model ") == sim
+    assert ", KV capacity " in sim and ", engine vllm (" in sim, sim
+
+
+def test_a_study_that_varies_the_deployment_says_no_capacity_of_the_scenarios_fleet(
+        tmp_path: Path) -> None:
+    """``plan`` on docs/autoscaling.md's fleet tries its own deployments: its first line said
+    the engine's knobs followed by '(at 8 replicas)', the scenario's autoscaled capacity's
+    words with no capacity before them and none of the deployments tried."""
+    where = ["--scenario", str(doc_scenario("autoscaling.md", tmp_path))]
+    code, _, stderr = run("plan", *where, *SMALL, "--gpus", "H100-80GB", "--replicas", "2",
+                          "-r", "1", "-j", "1", "--out", tmp_path / "p")
+    assert code == 0, stderr
+    first = served(lines(stderr)[0], "model ")
+    assert first.endswith("gpu_memory_utilization 0.92)"), first
+    assert "(at " not in first and "KV capacity " not in first.split("), engine ")[1], first

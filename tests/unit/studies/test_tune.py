@@ -344,9 +344,10 @@ def test_the_cli_loads_the_workload_once_for_what_it_says(tmp_path: Path,
     calls: list[str] = []
     real = setting.study_setting
 
-    def counted(scn: Any, varies: Any = (), once: str | None = None) -> tuple[str, ...]:
+    def counted(scn: Any, varies: Any = (), once: str | None = None,
+                seeds: Any = ()) -> tuple[str, ...]:
         calls.append(scn.name)
-        return real(scn, varies, once)
+        return real(scn, varies, once, seeds)
 
     monkeypatch.setattr(options, "study_setting", counted)
     monkeypatch.setattr(tune_module, "study_setting", counted)
