@@ -319,7 +319,7 @@ def served_said(s: Mapping[str, Any], model: str | None = None, where: str | Non
                 ) -> str:
     """``MODEL on WHERE, engine E (whose defaults, its knobs), KV capacity N tokens (B
     blocks)``: what served a run, from its summary (or a study's planned one,
-    :func:`kvbudget.simulator.planned.planned_summary`), as ``simulate``'s ``simulated:`` line
+    :func:`kvbudget.studies.planned.planned_summary`), as ``simulate``'s ``simulated:`` line
     and the studies' first line both say it. ``model``, ``where``: said in place of the
     summary's (a study that varies them)."""
     cost = s.get("cost_model") or {}

@@ -22,7 +22,7 @@ from kvbudget.results.said import (
     rate_said,
     served_said,
 )
-from kvbudget.simulator.planned import planned_summary
+from kvbudget.studies.planned import planned_summary
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.mix import mix_of
