@@ -160,8 +160,8 @@ def _drawn_load(scn: Scenario, seeds: Sequence[int], scale: str) -> str:
     if all(r is not None for r in rates):
         said += rate_said(sum(r or 0.0 for r in rates) / len(rates),
                           sum(w.span_s for w in drawn) / len(drawn), scale)
-    return said + " on average over " + (f"the {len(seeds)} replications' draws"
-                                         if len(seeds) > 1 else "the replication's draw")
+    return said + (f" on average over the {len(seeds)} replications' draws"
+                   if len(seeds) > 1 else " in the replication's draw")
 
 
 _DEPLOYMENT = ("gpu", "fleet", "disaggregation", "engine.tensor_parallel_size")

@@ -369,7 +369,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on "
                                  f"H100-SXM (assumed: the default scenario's H100-80GB), {H100}; "
                                  "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
-    assert _lines(stderr)[1] == (f"workload lengths: source {trace}, format generic-csv; "
+    assert _lines(stderr)[1] == ("workload lengths: source lengths.csv, format generic-csv; "
                                  "interactive 30 (100%): prompt mean 100 tokens, output mean 20, "
                                  "max_tokens 2,048")
     assert [ln.split(":")[0] for ln in _lines(stderr)[2:5]] == ["warning", "assumed",
@@ -420,9 +420,10 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert _lines(stderr)[0].endswith(
-        "; workload default: 1,617 requests over 5.0 min (5.4 req/s) at the scenario's values "
-        "and seed (the study varies "
-        "workload.duration_s; each replication draws its own requests and count)")
+        "; workload default: 1,668 requests over 5.0 min (5.56 req/s) in the replication's draw "
+        "at the scenario's values (the study varies workload.duration_s), each replication "
+        "drawing its own requests and count; the scenario's seed 0, which no replication runs, "
+        "draws the mix below: 1,617 requests over 5.0 min (5.4 req/s)")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
