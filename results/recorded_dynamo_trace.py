@@ -24,8 +24,18 @@ milliseconds, not read), ``RECORD`` of ``schema`` ``dynamo.request.trace.v1``; a
   the 1.6.1 fixture holds these identities); ``event_time_unix_ms`` is ``request_received_ms``
   plus ``total_time_ms`` rounded (``record.rs`` ``event_time_unix_ms_from_request``, lines
   41-50);
-- ``prefill_wait_time_ms``, ``prefill_time_ms``, ``cached_tokens``, ``worker``,
-  ``replay.input_sequence_hashes`` (not read), and, when set, ``model``.
+- ``replay.trace_block_size`` and ``replay.input_sequence_hashes``: the prompt's prefix, one
+  hash a block of that many tokens, the last block partial where the prompt ends inside one,
+  each hash chained over the blocks before it (``lib/llm/src/request_trace/replay.rs``
+  ``input_sequence_hashes``, lines 33-52 at 0366e63a: the router's ``compute_seq_hash_for_block``
+  over its local block hashes, "identical to the router/mocker sequence-aware hashing path so
+  replay preserves shared-prefix identity"), so two requests with the same first ``k`` hashes
+  began with the same ``k`` blocks: simulated as shared prefix blocks, as a Mooncake trace's
+  ``hash_ids`` (Dynamo's own converter maps them to Mooncake-style ids, one block size a file);
+- ``cached_tokens``: the prompt tokens the worker served from its prefix cache (said beside the
+  simulated sharing);
+- ``prefill_wait_time_ms``, ``prefill_time_ms``, ``worker`` (not read), and, when set,
+  ``model``.
 
 What it lacks: ``max_tokens``, whether the client streamed, the endpoint, any status or finish
 reason, each token's time (only ``avg_itl_ms``), and the client's view (the network and the
@@ -55,6 +65,7 @@ from kvbudget.results.recorded_fields import (
     json_lines,
     max_tokens_note,
 )
+from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, cache_note
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
@@ -94,6 +105,9 @@ class Ended:
     model: str
     prompt_from_replay: bool
     line: int
+    cached: float = math.nan
+    block_tokens: int = 0
+    hashes: tuple[int, ...] = ()
 
 
 def _number(
@@ -162,6 +176,7 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
             field="event.request.total_time_ms",
         )
     model = request.get("model")
+    block, hashes = _replay_hashes(path, line, replay)
     return Ended(
         received_ms=received,
         prompt=prompt,
@@ -172,6 +187,81 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
         model=model if isinstance(model, str) else "",
         prompt_from_replay=from_replay,
         line=line,
+        cached=_number(path, line, request, "cached_tokens", whole=True),
+        block_tokens=block,
+        hashes=hashes,
+    )
+
+
+def _replay_hashes(path: Path, line: int, replay: Any) -> tuple[int, tuple[int, ...]]:
+    """A record's ``replay.trace_block_size`` and ``input_sequence_hashes`` (u64 each), or
+    ``(0, ())`` where it has none."""
+    if not isinstance(replay, Mapping) or replay.get("input_sequence_hashes") is None:
+        return 0, ()
+    hashes = replay["input_sequence_hashes"]
+    if not isinstance(hashes, list) or not all(
+        isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 2**64 for h in hashes
+    ):
+        raise TraceError(
+            path,
+            "must be a list of unsigned 64-bit hashes",
+            line=line,
+            field="event.request.replay.input_sequence_hashes",
+        )
+    block = replay.get("trace_block_size")
+    if not isinstance(block, int) or isinstance(block, bool) or block <= 0:
+        raise TraceError(
+            path,
+            f"must be a whole number > 0 beside the hashes, got {block!r}"[:120],
+            line=line,
+            field="event.request.replay.trace_block_size",
+        )
+    return block, tuple(hashes)
+
+
+def _prefix(path: Path, ended: list[Ended]) -> SharedPrefix | None:
+    """The records' prefix hashes as shared prefix blocks (each distinct hash a small id, in
+    order of first use, as Dynamo's converter numbers them); None where no record has any. One
+    block size a trace, as Dynamo's converter requires (``bail!``: "one trace block size per
+    artifact"): blocks of two sizes cannot be told apart as prefixes."""
+    with_hashes = [e for e in ended if e.hashes]
+    if not with_hashes:
+        return None
+    first = with_hashes[0]
+    other = next((e for e in with_hashes if e.block_tokens != first.block_tokens), None)
+    if other is not None:
+        raise TraceError(
+            path,
+            f"its records hash prompts in blocks of {first.block_tokens} "
+            f"tokens (line {first.line}) and of {other.block_tokens} (here): one "
+            "block size a trace (Dynamo's own converter refuses two); pass the "
+            "records of one capture",
+            line=other.line,
+            field="event.request.replay.trace_block_size",
+        )
+    ids: dict[int, int] = {}
+    flat: list[int] = []
+    offsets = [0]
+    shared = 0
+    for e in ended:
+        shared += bool(e.hashes) and e.hashes[0] in ids
+        flat.extend(ids.setdefault(h, len(ids)) for h in e.hashes)
+        offsets.append(len(flat))
+    note = (
+        f"prompt prefixes: replay.input_sequence_hashes, Dynamo's chained hash of each "
+        f"{first.block_tokens}-token block, simulated as shared prefix blocks ({len(ids)} "
+        f"distinct blocks in {len(flat)}; {shared} of {len(ended)} requests begin with a "
+        "block an earlier one began with)"
+    )
+    if len(with_hashes) < len(ended):
+        note += (
+            f"; {len(ended) - len(with_hashes)} records without hashes get none (each "
+            "prefilled whole)"
+        )
+    return SharedPrefix(
+        (np.array(flat, dtype=np.int64), np.array(offsets, dtype=np.int64)),
+        first.block_tokens,
+        note,
     )
 
 
@@ -244,6 +334,7 @@ def read_dynamo_trace(
     t0 = min(e.received_ms for e in ended)
     arrival = np.array([(e.received_ms - t0) / 1000 for e in ended], dtype=np.float64)
     no_max = np.full(len(ended), math.nan)
+    prefix = _prefix(path, ended)
     workload, counts, warnings = finish_columns(
         path,
         FORMAT,
@@ -254,11 +345,14 @@ def read_dynamo_trace(
             "prompt_tokens": "event.request.input_tokens",
             "output_tokens": "event.request.output_tokens",
             "arrival_s": "event.request.request_received_ms",
+            "hash_ids": "event.request.replay.input_sequence_hashes",
         },
         max_output=no_max,
         default_tier=default_tier,
         max_output_rule=max_output_rule,
         completion_order=True,  # written as they end
+        prefix=None if prefix is None else prefix.hashes,
+        prefix_block_tokens=None if prefix is None else prefix.block_tokens,
         line_of=lambda row: ended[row].line,
     )
     kept = [ended[r] for r in workload.request_id.tolist()]
@@ -270,6 +364,14 @@ def read_dynamo_trace(
     ]
     counts["num_failed"] = status.count("error")
     notes = [*_notes(ended, others), max_tokens_note(no_max, max_output_rule)]
+    if prefix is not None:
+        notes.append(prefix.note)
+    cache = cache_note(
+        [e.cached for e in ended], [e.prompt for e in ended], workload.request_id, prefix
+    )
+    if cache is not None:
+        notes.append(cache[0])
+        counts["num_prompt_tokens_cached"] = cache[1]
     config: dict[str, Any] = {"model": models[0]} if models else {}
     return build_recording(
         path,

@@ -90,3 +90,25 @@ def test_calibrate_fits_to_the_trace_and_bounds_its_front_end_by_its_shortest_tt
     assert "48 requests simulated, 48 measured" in said, said
     row = next(ln.split() for ln in stdout.splitlines() if ln.startswith("e2e_p50_s"))
     assert float(row[-2]) == pytest.approx(by_hand()["e2e_p50_s"], rel=5e-3)
+
+
+def test_validate_simulates_the_traces_shared_prefixes(tmp_path: Path) -> None:
+    """Requests whose replay.input_sequence_hashes begin alike share those blocks in the
+    simulated prefix cache; the real trace's prompts (each its own one partial block) share
+    none."""
+    docs = [json.loads(line) for line in TRACE.read_text().splitlines()]
+    for k, d in enumerate(docs):
+        req = d["event"]["request"]
+        req["input_tokens"] = req["replay"]["input_length"] = 200
+        req["replay"]["input_sequence_hashes"] = [11, 12, 10 * k + 100, 10 * k + 101]
+    shared = tmp_path / "shared.jsonl"
+    shared.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    hits = {}
+    for name, path in (("real", TRACE), ("shared", shared)):
+        code, _, stderr = run("validate", "--records", path, *MODEL, "--out", tmp_path / name)
+        assert code == 0, stderr
+        summary = json.loads((tmp_path / name / "sim" / "summary.json").read_text())
+        hits[name] = summary["engine"]["prefix_cache_hit_tokens"]
+    assert hits["real"] == 0
+    # the first request prefills the two shared 64-token blocks; at most 47 others reuse them
+    assert 0 < hits["shared"] <= 128 * (len(docs) - 1), hits

@@ -243,3 +243,111 @@ def test_an_abandoned_stream_reads_as_finished_and_refused_requests_are_absent()
     assert long["e2e_s"].iloc[0] > 10  # 2000 tokens at the mocker's pace, not 3 chunks
     said = next(n for n in rec.notes if n.startswith("no status"))
     assert "traced a stream its client closed after 3 chunks as finished" in said
+
+
+def test_the_prompts_block_hashes_are_read_as_prefix_blocks() -> None:
+    """replay.input_sequence_hashes (ceil(input_length / trace_block_size) chained u64 hashes,
+    replay.rs input_sequence_hashes) become the workload's prefix blocks of trace_block_size
+    tokens, each distinct hash one id, each request's as many as the file lists."""
+    docs = [d["event"]["request"] for d in lines()]
+    rec = read_recording(TRACE)
+    w = rec.workload
+    assert w.prefix_block_tokens == 64
+    distinct: dict[int, int] = {}
+    for row, i in enumerate(w.request_id.tolist()):
+        hashes = docs[i]["replay"]["input_sequence_hashes"]
+        assert len(w.prefix_of(row)) == len(hashes) == math.ceil(docs[i]["input_tokens"] / 64)
+        for h, got in zip(hashes, w.prefix_of(row), strict=True):
+            assert distinct.setdefault(h, got) == got
+    assert len(set(distinct.values())) == len(distinct)
+    said = [n for n in rec.notes if n.startswith("prompt prefixes:")]
+    assert said and "64-token block" in said[0], rec.notes
+
+
+def shared_prefix_copy(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The real trace with every prompt made 200 tokens whose first two 64-token blocks are the
+    same (the same two leading hashes), the other two each request's own."""
+    docs = lines()
+    for k, d in enumerate(docs):
+        req = d["event"]["request"]
+        req["input_tokens"] = req["replay"]["input_length"] = 200
+        req["replay"]["input_sequence_hashes"] = [2**63 + 7, 2**64 - 1, 10 * k + 1, 10 * k + 2]
+    return write_lines(tmp_path / "shared.jsonl", docs), docs
+
+
+def test_shared_leading_hashes_are_one_prefix_and_said(tmp_path: Path) -> None:
+    path, docs = shared_prefix_copy(tmp_path)
+    rec = read_recording(path)
+    w = rec.workload
+    heads = {w.prefix_of(row)[:2] for row in range(len(docs))}
+    tails = {w.prefix_of(row)[2:] for row in range(len(docs))}
+    assert len(heads) == 1 and len(tails) == len(docs)
+    said = next(n for n in rec.notes if n.startswith("prompt prefixes:"))
+    assert f"{len(docs) - 1} of {len(docs)} requests begin with a block an earlier" in said
+
+
+def test_the_servers_cache_hits_are_said_beside_the_simulated_sharing(tmp_path: Path) -> None:
+    path, docs = shared_prefix_copy(tmp_path)
+    for d in docs[1:]:
+        d["event"]["request"]["cached_tokens"] = 128
+    rec = read_recording(write_lines(path, docs))
+    hits = 128 * (len(docs) - 1)
+    assert rec.counts["num_prompt_tokens_cached"] == hits
+    assert any(
+        f"the server served {hits:,} of the {200 * len(docs):,} prompt tokens" in n
+        and "shares the prefix blocks above" in n
+        for n in rec.notes
+    ), rec.notes
+
+
+def test_hashes_of_two_block_sizes_are_refused_naming_the_line(tmp_path: Path) -> None:
+    docs = lines()
+    docs[5]["event"]["request"]["replay"]["trace_block_size"] = 32
+    with pytest.raises(TraceError) as err:
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    said = str(err.value)
+    assert "line 6" in said and "replay.trace_block_size" in said
+    assert "blocks of 64 tokens (line 1) and of 32" in said, said
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("input_sequence_hashes", [1, -2], "replay.input_sequence_hashes"),
+        ("input_sequence_hashes", [1, "2"], "replay.input_sequence_hashes"),
+        ("input_sequence_hashes", [2**64], "replay.input_sequence_hashes"),
+        ("input_sequence_hashes", 5, "replay.input_sequence_hashes"),
+        ("trace_block_size", 0, "replay.trace_block_size"),
+        ("trace_block_size", None, "replay.trace_block_size"),
+    ],
+)
+def test_damaged_hashes_are_refused_naming_the_field(
+    tmp_path: Path, key: str, value: Any, field: str
+) -> None:
+    docs = lines()
+    docs[3]["event"]["request"]["replay"][key] = value
+    with pytest.raises(TraceError) as err:
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert "line 4" in str(err.value) and field in str(err.value), str(err.value)
+
+
+def test_more_hashes_than_the_prompts_blocks_are_refused(tmp_path: Path) -> None:
+    """Hashes of blocks smaller than trace_block_size would count a shared prefix over."""
+    docs = lines()
+    docs[2]["event"]["request"]["replay"]["input_sequence_hashes"] = [1, 2, 3]
+    with pytest.raises(TraceError) as err:
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert "input_sequence_hashes" in str(err.value) and "3 hashes" in str(err.value), str(
+        err.value
+    )
+
+
+def test_records_without_hashes_get_no_prefix_and_it_is_said(tmp_path: Path) -> None:
+    docs = lines()
+    for d in docs[:4]:
+        del d["event"]["request"]["replay"]["input_sequence_hashes"]
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    said = next(n for n in rec.notes if n.startswith("prompt prefixes:"))
+    assert "4 records without hashes get none" in said
+    empty = [row for row in range(len(docs)) if not rec.workload.prefix_of(row)]
+    assert len(empty) == 4
