@@ -34,8 +34,13 @@ milliseconds, not read), ``RECORD`` of ``schema`` ``dynamo.request.trace.v1``; a
   ``hash_ids`` (Dynamo's own converter maps them to Mooncake-style ids, one block size a file);
 - ``cached_tokens``: the prompt tokens the worker served from its prefix cache (said beside the
   simulated sharing);
-- ``prefill_wait_time_ms``, ``prefill_time_ms``, ``worker`` (not read), and, when set,
-  ``model``.
+- ``worker``: the ``prefill_worker_id`` and ``decode_worker_id`` (with ``*_dp_rank`` where a
+  worker runs data-parallel engines) that served the request: the engines seen make the
+  simulated fleet (one replica each, behind round robin, the frontend's default
+  ``--router-mode``: ``dynamo/frontend/frontend_args.py`` line 397 of the 1.6.1 install, said
+  as assumed: the trace does not name the mode); a request prefilled on one worker and decoded
+  on another was served disaggregated, which a recording's simulation does not model (said);
+- ``prefill_wait_time_ms``, ``prefill_time_ms`` (not read), and, when set, ``model``.
 
 What it lacks: ``max_tokens``, whether the client streamed, the endpoint, any status or finish
 reason, each token's time (only ``avg_itl_ms``), and the client's view (the network and the
@@ -108,6 +113,8 @@ class Ended:
     cached: float = math.nan
     block_tokens: int = 0
     hashes: tuple[int, ...] = ()
+    prefill_on: tuple[int, int | None] | None = None
+    decode_on: tuple[int, int | None] | None = None
 
 
 def _number(
@@ -190,6 +197,87 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
         cached=_number(path, line, request, "cached_tokens", whole=True),
         block_tokens=block,
         hashes=hashes,
+        **_workers(path, line, request.get("worker")),
+    )
+
+
+def _workers(path: Path, line: int, worker: Any) -> dict[str, tuple[int, int | None]]:
+    """The engines a record's ``worker`` names: ``(worker id, data-parallel rank)`` of its
+    prefill and of its decode (absent where the record names none). Ids and ranks are whole
+    numbers (Dynamo's ``WorkerInfo``: ``u64`` ids, ``u32`` ranks); anything else is refused
+    naming the field."""
+    if worker is None:
+        return {}
+    if not isinstance(worker, Mapping):
+        raise TraceError(
+            path, "must be an object of worker ids", line=line, field="event.request.worker"
+        )
+    out: dict[str, tuple[int, int | None]] = {}
+    for role in ("prefill", "decode"):
+        ids = []
+        for key in (f"{role}_worker_id", f"{role}_dp_rank"):
+            value = worker.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise TraceError(
+                    path,
+                    f"must be a whole number >= 0, got {value!r}"[:120],
+                    line=line,
+                    field=f"event.request.worker.{key}",
+                )
+            ids.append(value)
+        if ids[0] is not None:
+            out[f"{role}_on"] = (ids[0], ids[1])
+    return out
+
+
+ROUTER_MODES = {
+    "round-robin": "round_robin",
+    "kv": "prefix_affinity",
+    "least-loaded": "least_tokens",
+}
+"""Dynamo's ``--router-mode`` choices (1.6.1's ``dynamo/common/configuration/groups/
+router_args.py``: round-robin, random, power-of-two, kv, direct, least-loaded,
+device-aware-weighted) that have a kvbudget fleet router, and the nearest: ``kv`` scores the
+workers by the prompt's cached blocks (prefix affinity), ``least-loaded`` by active requests
+(kvbudget's routers count tokens)."""
+
+
+def fleet_of(ended: list[Ended]) -> tuple[dict[str, Any], str | None]:
+    """The fleet the records' ``worker`` fields name, as the recording's settings
+    (``num_replicas``, where more than one engine served: behind kvbudget's default fleet
+    router, round robin, as Dynamo's frontend's default; the trace does not record the mode,
+    so it is said as assumed), and the note saying it; ``({}, None)`` where the records name
+    one engine or none."""
+    prefill = {e.prefill_on for e in ended if e.prefill_on is not None}
+    decode = {e.decode_on for e in ended if e.decode_on is not None}
+    split = sum(
+        1
+        for e in ended
+        if e.prefill_on is not None and e.decode_on is not None and e.prefill_on != e.decode_on
+    )
+    if split:
+        return {}, (
+            f"{split} of the {len(ended)} requests were prefilled on one worker and decoded on "
+            f"another (worker.prefill_worker_id, decode_worker_id: {len(prefill)} prefill and "
+            f"{len(decode)} decode engines seen): the deployment was disaggregated, and "
+            "kvbudget simulates a recording on aggregated engines, so the KV transfer and the "
+            "pools' separate queues are not simulated: the simulated TTFT and TPOT are those "
+            "of an aggregated server, not of this one"
+        )
+    engines = prefill | decode
+    if len(engines) < 2:
+        return {}, None
+    modes = ", ".join(
+        f"--router-mode {m}: --set fleet.router={r}"
+        for m, r in ROUTER_MODES.items()
+        if m != "round-robin"
+    )
+    return {"num_replicas": len(engines)}, (
+        f"the records name {len(engines)} engines (worker.decode_worker_id and its dp_rank), "
+        f"simulated as {len(engines)} replicas behind round_robin (ASSUMED: Dynamo's frontend's "
+        f"default --router-mode round-robin; the trace does not say the mode; {modes})"
     )
 
 
@@ -364,6 +452,9 @@ def read_dynamo_trace(
     ]
     counts["num_failed"] = status.count("error")
     notes = [*_notes(ended, others), max_tokens_note(no_max, max_output_rule)]
+    fleet, fleet_said = fleet_of(ended)
+    if fleet_said is not None:
+        notes.append(fleet_said)
     if prefix is not None:
         notes.append(prefix.note)
     cache = cache_note(
@@ -372,7 +463,7 @@ def read_dynamo_trace(
     if cache is not None:
         notes.append(cache[0])
         counts["num_prompt_tokens_cached"] = cache[1]
-    config: dict[str, Any] = {"model": models[0]} if models else {}
+    config: dict[str, Any] = {"model": models[0], **fleet} if models else dict(fleet)
     return build_recording(
         path,
         FORMAT,

@@ -1591,7 +1591,9 @@ run_dynamo() {
     # there). Kept: the trace (trace_chat_completions_c124.jsonl); and a second frontend's
     # (trace_abandoned_refused.jsonl) of a completion, a stream of 2000 tokens asked its client
     # closes after 3 chunks, two requests the frontend refuses (an unknown model, max_tokens -5:
-    # no record) and a last completion.
+    # no record) and a last completion; and a third's (trace_two_workers_shared_prefix.jsonl) in
+    # front of a mocker of two engines (--num-workers 2) behind the default router, 24 streamed
+    # chats at 4 in flight, all beginning with one system prompt of several 64-token blocks.
     local ver=1.6.1 dpy dest model
     dpy="$TOOLS_HOME/ai-dynamo-$ver/venv/bin/python"
     [[ -x "$dpy" ]] || dpy=$(tool_venv ai-dynamo "$ver" python3)
@@ -1652,7 +1654,7 @@ PYEOF2
 set -euo pipefail
 ip link set lo up
 export DYN_DISCOVERY_BACKEND=file DYN_FILE_KV="$D/kv" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-"$DPY" -m dynamo.mocker --model-path "$D/model" --model-name tiny >"$D/mocker.log" 2>&1 &
+"$DPY" -m dynamo.mocker --model-path "$D/model" --model-name tiny ${MOCKER_ARGS:-} >"$D/mocker.log" 2>&1 &
 mocker=$!
 DYN_REQUEST_TRACE=1 DYN_REQUEST_TRACE_SINKS=jsonl DYN_REQUEST_TRACE_OUTPUT_PATH="$TRACE" \
     "$DPY" -m dynamo.frontend --http-host 127.0.0.1 --http-port 8000 >"$D/frontend.log" 2>&1 &
@@ -1699,16 +1701,54 @@ async def main(url):
 
 asyncio.run(main(sys.argv[1]))
 PYEOF2
+    cat >"$WORK/dynamo/shared.py" <<'PYEOF2'
+import asyncio
+import sys
+
+from openai import AsyncOpenAI
+
+# one system prompt of a few hundred tokens that every request begins with (several of the
+# trace's 64-token blocks), then a question of its own
+SYSTEM = "You answer questions about the river. " + " ".join(
+    f"rule {i}: keep the answer short and name the bank." for i in range(24))
+
+
+async def main(url):
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    gate = asyncio.Semaphore(4)
+
+    async def one(i):
+        async with gate:
+            stream = await client.chat.completions.create(
+                model="tiny", max_tokens=8 + i % 3 * 4, stream=True,
+                stream_options={"include_usage": True},
+                messages=[{"role": "system", "content": SYSTEM},
+                          {"role": "user", "content": f"question {i}: " + "why " * (i % 7)}])
+            async for _ in stream:
+                pass
+
+    await asyncio.gather(*(one(i) for i in range(24)))
+    print("sent 24 requests", file=sys.stderr)
+
+
+asyncio.run(main(sys.argv[1]))
+PYEOF2
     local run
-    for run in load abandon; do
+    for run in load abandon shared; do
         rm -rf "$WORK/dynamo/kv"
+        # the shared-prefix run: two engines (the mocker's --num-workers 2) behind the
+        # frontend's default router (round-robin)
+        MOCKER_ARGS=$([[ $run == shared ]] && echo "--num-workers 2") \
         D="$WORK/dynamo" DPY="$dpy" CLIENT_PY="$VLLM_PY" LOAD="$WORK/dynamo/$run.py" \
             TRACE="$WORK/dynamo/$run.jsonl" unshare -rn bash "$WORK/dynamo/inside.sh"
     done
     [[ $(wc -l <"$WORK/dynamo/load.jsonl") -eq 48 ]] || {
         echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/load.jsonl") of 48 requests" >&2; exit 1; }
+    [[ $(wc -l <"$WORK/dynamo/shared.jsonl") -eq 24 ]] || {
+        echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/shared.jsonl") of 24 requests" >&2; exit 1; }
     cp "$WORK/dynamo/load.jsonl" "$dest/trace_chat_completions_c124.jsonl"
     cp "$WORK/dynamo/abandon.jsonl" "$dest/trace_abandoned_refused.jsonl"
+    cp "$WORK/dynamo/shared.jsonl" "$dest/trace_two_workers_shared_prefix.jsonl"
 }
 
 wait_spans() {

@@ -112,3 +112,45 @@ def test_validate_simulates_the_traces_shared_prefixes(tmp_path: Path) -> None:
     assert hits["real"] == 0
     # the first request prefills the two shared 64-token blocks; at most 47 others reuse them
     assert 0 < hits["shared"] <= 128 * (len(docs) - 1), hits
+
+
+SHARED = TRACE.with_name("trace_two_workers_shared_prefix.jsonl")
+
+
+def test_two_workers_and_their_shared_system_prompt_are_simulated(tmp_path: Path) -> None:
+    """The trace of Dynamo's frontend in front of a mocker of two engines (--num-workers 2),
+    24 chats beginning with one system prompt: simulated on two replicas behind round robin
+    (the frontend's default router, said as assumed), the prompt's shared leading blocks served
+    from the simulated prefix cache; the workers' own cache hits (cached_tokens) said."""
+    docs = [json.loads(line)["event"]["request"] for line in SHARED.read_text().splitlines()]
+    engines = {d["worker"]["decode_worker_id"] for d in docs}
+    assert len(engines) == 2 and all(
+        d["worker"]["prefill_worker_id"] == d["worker"]["decode_worker_id"] for d in docs
+    )
+    code, stdout, stderr = run("validate", "--records", SHARED, *MODEL, "--out", tmp_path / "v")
+    assert code == 0, stderr
+    said = " ".join((stdout + stderr).split())
+    assert "2 replicas (round_robin)" in said, said
+    assert (
+        "simulated as 2 replicas behind round_robin (ASSUMED: Dynamo's frontend's default" in said
+    )
+    cached = sum(d["cached_tokens"] for d in docs)
+    prompt = sum(d["input_tokens"] for d in docs)
+    assert f"the server served {cached:,} of the {prompt:,} prompt tokens" in said, said
+    summary = json.loads((tmp_path / "v" / "sim" / "summary.json").read_text())
+    # each replica prefills the shared blocks once; the other requests find them: at least
+    # the 64-token blocks every prompt begins with, less the engine's last-token recompute
+    shared_blocks = min(
+        next(
+            i
+            for i, h in enumerate(d["replay"]["input_sequence_hashes"])
+            if any(h != e["replay"]["input_sequence_hashes"][i] for e in docs)
+        )
+        for d in docs
+    )
+    # the figures docs/recordings.md quotes: twelve shared 64-token blocks, and each worker's
+    # cache served 768 tokens of every request after its first
+    assert shared_blocks == 12
+    assert sorted(d["cached_tokens"] for d in docs) == [0, 0] + [768] * (len(docs) - 2)
+    hits = summary["engine"]["prefix_cache_hit_tokens"]
+    assert hits >= (len(docs) - 2) * (shared_blocks * 64 - 16), (hits, shared_blocks)

@@ -351,3 +351,57 @@ def test_records_without_hashes_get_no_prefix_and_it_is_said(tmp_path: Path) -> 
     assert "4 records without hashes get none" in said
     empty = [row for row in range(len(docs)) if not rec.workload.prefix_of(row)]
     assert len(empty) == 4
+
+
+def test_one_worker_makes_no_fleet() -> None:
+    """The real trace's requests all name one worker (prefill = decode): one engine."""
+    rec = read_recording(TRACE)
+    assert "num_replicas" not in rec.config and "router" not in rec.config
+    assert not any("engines" in n for n in rec.notes), rec.notes
+
+
+def test_the_workers_named_make_the_fleet_behind_the_default_router(tmp_path: Path) -> None:
+    """Three engines named (two worker ids, one of them with two dp ranks): three replicas behind
+    round robin, the frontend's default --router-mode, said as assumed."""
+    docs = lines()
+    for k, d in enumerate(docs):
+        wid, rank = ((7, None), (9, 0), (9, 1))[k % 3]
+        worker = {"prefill_worker_id": wid, "decode_worker_id": wid}
+        if rank is not None:
+            worker |= {"prefill_dp_rank": rank, "decode_dp_rank": rank}
+        d["event"]["request"]["worker"] = worker
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert rec.config["num_replicas"] == 3 and "router" not in rec.config  # not recorded
+    said = next(n for n in rec.notes if "engines" in n)
+    assert "simulated as 3 replicas behind round_robin (ASSUMED" in said
+    assert "--router-mode kv: --set fleet.router=prefix_affinity" in said
+
+
+def test_a_disaggregated_trace_is_said_not_a_fleet(tmp_path: Path) -> None:
+    docs = lines()
+    for k, d in enumerate(docs):
+        d["event"]["request"]["worker"] = {"prefill_worker_id": 1 + k % 2, "decode_worker_id": 5}
+    rec = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert "num_replicas" not in rec.config
+    said = next(n for n in rec.notes if "disaggregated" in n)
+    assert f"{len(docs)} of the {len(docs)} requests were prefilled on one worker" in said
+    assert "2 prefill and 1 decode engines seen" in said
+
+
+@pytest.mark.parametrize(
+    ("worker", "field"),
+    [
+        ({"prefill_worker_id": {}, "decode_worker_id": 1}, "worker.prefill_worker_id"),
+        ({"prefill_worker_id": 1, "decode_worker_id": -1}, "worker.decode_worker_id"),
+        ({"decode_worker_id": 1, "decode_dp_rank": "0"}, "worker.decode_dp_rank"),
+        ([1, 2], "event.request.worker"),
+    ],
+)
+def test_damaged_worker_ids_are_refused_naming_the_field(
+    tmp_path: Path, worker: Any, field: str
+) -> None:
+    docs = lines()
+    docs[7]["event"]["request"]["worker"] = worker
+    with pytest.raises(TraceError) as err:
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert "line 8" in str(err.value) and field in str(err.value), str(err.value)
