@@ -501,10 +501,12 @@ def _one_server_said(recording: "Recording", config: "SimConfig", scenario: Path
     """The settings line's clause when one server is simulated and a load tool's file does not
     say how many answered at its URL (a Kubernetes service or a router may have spread the
     load over several, as in the published llm-d-benchmark runs of ``vllm-70b-2replicas``);
-    "" where a fleet is simulated, the recording tells it, or it is kvbudget's own run."""
+    "" where a fleet is simulated, the recording tells it (``num_replicas``, or ``num_servers``
+    1: a server's own log naming the one engine that served every request), or it is
+    kvbudget's own run."""
     cfg = recording.config
     if scenario is not None or config.fleet is not None or recording.format == "run" or any(
-            k in cfg for k in ("num_replicas", "data_parallel_size")):
+            k in cfg for k in ("num_replicas", "data_parallel_size", "num_servers")):
         return ""
     return (", one server (ASSUMED: the recording does not say how many servers answered at "
             "its URL; pass --set fleet.num_replicas=N for N behind a router)")

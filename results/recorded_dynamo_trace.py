@@ -248,8 +248,8 @@ def fleet_of(ended: list[Ended]) -> tuple[dict[str, Any], str | None]:
     """The fleet the records' ``worker`` fields name, as the recording's settings
     (``num_replicas``, where more than one engine served: behind kvbudget's default fleet
     router, round robin, as Dynamo's frontend's default; the trace does not record the mode,
-    so it is said as assumed), and the note saying it; ``({}, None)`` where the records name
-    one engine or none."""
+    so it is said as assumed), and the note saying it; ``num_servers`` 1 where every record
+    names one engine (one server, known), and ``({}, None)`` where none names one."""
     prefill = {e.prefill_on for e in ended if e.prefill_on is not None}
     decode = {e.decode_on for e in ended if e.decode_on is not None}
     split = sum(
@@ -267,7 +267,9 @@ def fleet_of(ended: list[Ended]) -> tuple[dict[str, Any], str | None]:
             "of an aggregated server, not of this one"
         )
     engines = prefill | decode
-    if len(engines) < 2:
+    if len(engines) == 1:
+        return {"num_servers": 1}, None  # every record names the one engine: not assumed
+    if not engines:
         return {}, None
     modes = ", ".join(
         f"--router-mode {m}: --set fleet.router={r}"

@@ -154,3 +154,20 @@ def test_two_workers_and_their_shared_system_prompt_are_simulated(tmp_path: Path
     assert sorted(d["cached_tokens"] for d in docs) == [0, 0] + [768] * (len(docs) - 2)
     hits = summary["engine"]["prefix_cache_hit_tokens"]
     assert hits >= (len(docs) - 2) * (shared_blocks * 64 - 16), (hits, shared_blocks)
+
+
+def test_one_named_engine_is_not_said_assumed(tmp_path: Path) -> None:
+    """Every record of the real trace names one worker: one server, known, not 'ASSUMED'; a copy
+    whose records name none is simulated on one server said as assumed."""
+    code, stdout, stderr = run("validate", "--records", TRACE, *MODEL, "--out", tmp_path / "a")
+    assert code == 0, stderr
+    said = " ".join((stdout + stderr).split())
+    assert "num_servers=1" in said and "one server (ASSUMED" not in said, said
+    docs = [json.loads(line) for line in TRACE.read_text().splitlines()]
+    for d in docs:
+        del d["event"]["request"]["worker"]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    code, stdout, stderr = run("validate", "--records", bare, *MODEL, "--out", tmp_path / "b")
+    assert code == 0, stderr
+    assert "one server (ASSUMED" in " ".join((stdout + stderr).split())

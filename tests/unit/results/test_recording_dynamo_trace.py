@@ -356,7 +356,7 @@ def test_records_without_hashes_get_no_prefix_and_it_is_said(tmp_path: Path) -> 
 def test_one_worker_makes_no_fleet() -> None:
     """The real trace's requests all name one worker (prefill = decode): one engine."""
     rec = read_recording(TRACE)
-    assert "num_replicas" not in rec.config and "router" not in rec.config
+    assert "num_replicas" not in rec.config and rec.config["num_servers"] == 1
     assert not any("engines" in n for n in rec.notes), rec.notes
 
 
