@@ -58,7 +58,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,9 @@ from kvbudget.results.recorded_fields import (
     max_tokens_note,
 )
 from kvbudget.results.recorded_guidellm_prefix import SharedPrefix, cache_note
+from kvbudget.results.recorded_guidellm_turns import workload_conversations
 from kvbudget.results.recording import RecordedStage, Recording, build_recording
+from kvbudget.workloads.closed_loop import MAX_THINK_TIME_S
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.max_output import MaxOutputRule
 
@@ -97,6 +100,10 @@ def is_dynamo_trace(doc: Any) -> bool:
     return trace_event(doc) is not None
 
 
+EngineId = tuple[int, int | None]
+"""An engine a record names: its worker id and data-parallel rank (None where not given)."""
+
+
 @dataclass(frozen=True)
 class Ended:
     """One ``request_end`` record's figures (NaN where absent)."""
@@ -113,8 +120,27 @@ class Ended:
     cached: float = math.nan
     block_tokens: int = 0
     hashes: tuple[int, ...] = ()
-    prefill_on: tuple[int, int | None] | None = None
-    decode_on: tuple[int, int | None] | None = None
+    prefill_on: EngineId | None = None
+    decode_on: EngineId | None = None
+    session: str = ""
+    parent_session: str = ""
+
+    def on(
+        self,
+        prefill_on: EngineId | None,
+        decode_on: EngineId | None,
+        session: str,
+        parent_session: str,
+    ) -> Ended:
+        """This record with the engines that served it (:func:`_workers`) and its agent
+        session (:func:`_agent`)."""
+        return replace(
+            self,
+            prefill_on=prefill_on,
+            decode_on=decode_on,
+            session=session,
+            parent_session=parent_session,
+        )
 
 
 def _number(
@@ -197,22 +223,91 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
         cached=_number(path, line, request, "cached_tokens", whole=True),
         block_tokens=block,
         hashes=hashes,
-        **_workers(path, line, request.get("worker")),
+    ).on(
+        *_workers(path, line, request.get("worker")),
+        *_agent(path, line, event.get("agent_context")),
     )
 
 
-def _workers(path: Path, line: int, worker: Any) -> dict[str, tuple[int, int | None]]:
-    """The engines a record's ``worker`` names: ``(worker id, data-parallel rank)`` of its
-    prefill and of its decode (absent where the record names none). Ids and ranks are whole
-    numbers (Dynamo's ``WorkerInfo``: ``u64`` ids, ``u32`` ranks); anything else is refused
-    naming the field."""
+def _agent(path: Path, line: int, context: Any) -> tuple[str, str]:
+    """A record's agent session (``agent_context.session_id``) and its parent's (a sub-agent's
+    ``parent_session_id``; "" where none): the client's ``x-dynamo-session-id`` and
+    ``x-dynamo-parent-session-id`` headers (the 1.6.1 install's
+    ``dynamo/thunderagent_router/README.md`` lines 76-78)."""
+    if context is None:
+        return "", ""
+    out: list[str] = []
+    for key in ("session_id", "parent_session_id"):
+        value = context.get(key) if isinstance(context, Mapping) else context
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TraceError(
+                path,
+                f"must be a non-empty string, got {value!r}"[:120],
+                line=line,
+                field=f"event.agent_context.{key}",
+            )
+        out.append(value or "")
+    return out[0], out[1]
+
+
+def agent_turns(ended: list[Ended]) -> tuple[list[int], list[float], str | None]:
+    """Each record's turn before it in its agent session (an index into ``ended``, -1: none)
+    and its delay after that turn ended, and the note saying so; ``([], [], None)`` where no
+    record names a session. An agent sends its next turn when the one before it answered and
+    its tool ran: the later turn is replayed no sooner than its recorded arrival and than the
+    turn before it ended plus the gap the trace shows after that end (its tool or think time),
+    as Dynamo's own replay keeps a turn after "both its target timestamp and its predecessor's
+    completion" and keeps the tool time (its agent-tracing replay guide, step 4). A turn the
+    client sent before the one before it ended (the trace's end: arrival plus total_time_ms,
+    whole ms) did not wait for it and waits for none; a sub-agent's session
+    (``parent_session_id``) starts at its recorded arrivals."""
+    sessions: dict[str, list[int]] = {}
+    for i, e in enumerate(ended):
+        if e.session:
+            sessions.setdefault(e.session, []).append(i)
+    if not sessions:
+        return [], [], None
+    previous, delay = [-1] * len(ended), [0.0] * len(ended)
+    overlapped = 0
+    for rows in sessions.values():
+        rows.sort(key=lambda i: ended[i].received_ms)
+        for before, after in pairwise(rows):
+            end_ms = ended[before].received_ms + ended[before].e2e_s * 1000
+            gap_s = (ended[after].received_ms - end_ms) / 1000
+            if not math.isfinite(gap_s) or gap_s < -0.001:
+                overlapped += 1
+                continue
+            if gap_s <= MAX_THINK_TIME_S:
+                previous[after], delay[after] = before, max(0.0, gap_s)
+    subs = len({e.session for e in ended if e.session and e.parent_session})
+    linked = sum(p >= 0 for p in previous)
+    note = (
+        f"{sum(map(len, sessions.values()))} requests of {len(sessions)} agent sessions "
+        f"(agent_context.session_id: the x-dynamo-session-id header): {linked} later turns "
+        "each sent no sooner than its recorded arrival and than the turn before it ended "
+        "plus the gap the trace shows after that end (its tool time), as the agent waited"
+    )
+    if overlapped:
+        note += (
+            f"; {overlapped} sent before the turn before them ended wait for none (they "
+            "did not wait)"
+        )
+    if subs:
+        note += f"; {subs} sub-agent sessions (parent_session_id) start at their recorded arrivals"
+    return previous, delay, note
+
+
+def _workers(path: Path, line: int, worker: Any) -> tuple[EngineId | None, EngineId | None]:
+    """The engines a record's ``worker`` names: that of its prefill and that of its decode
+    (None where it names none). Ids and ranks are whole numbers (Dynamo's ``WorkerInfo``:
+    ``u64`` ids, ``u32`` ranks); anything else is refused naming the field."""
     if worker is None:
-        return {}
+        return None, None
     if not isinstance(worker, Mapping):
         raise TraceError(
             path, "must be an object of worker ids", line=line, field="event.request.worker"
         )
-    out: dict[str, tuple[int, int | None]] = {}
+    out: list[EngineId | None] = []
     for role in ("prefill", "decode"):
         ids = []
         for key in (f"{role}_worker_id", f"{role}_dp_rank"):
@@ -227,9 +322,8 @@ def _workers(path: Path, line: int, worker: Any) -> dict[str, tuple[int, int | N
                     field=f"event.request.worker.{key}",
                 )
             ids.append(value)
-        if ids[0] is not None:
-            out[f"{role}_on"] = (ids[0], ids[1])
-    return out
+        out.append(None if ids[0] is None else (ids[0], ids[1]))
+    return out[0], out[1]
 
 
 ROUTER_MODES = {
@@ -457,6 +551,9 @@ def read_dynamo_trace(
     fleet, fleet_said = fleet_of(ended)
     if fleet_said is not None:
         notes.append(fleet_said)
+    previous, delay, turns_said = agent_turns(ended)
+    if turns_said is not None:
+        notes.append(turns_said)
     if prefix is not None:
         notes.append(prefix.note)
     cache = cache_note(
@@ -481,4 +578,7 @@ def read_dynamo_trace(
         stages=(RecordedStage("", "unknown"),),
         tool=TOOL,
         sent_s=arrival[workload.request_id],
+        conversations=workload_conversations(previous, delay, workload.request_id.tolist())
+        if turns_said is not None
+        else None,
     )

@@ -1593,7 +1593,10 @@ run_dynamo() {
     # closes after 3 chunks, two requests the frontend refuses (an unknown model, max_tokens -5:
     # no record) and a last completion; and a third's (trace_two_workers_shared_prefix.jsonl) in
     # front of a mocker of two engines (--num-workers 2) behind the default router, 24 streamed
-    # chats at 4 in flight, all beginning with one system prompt of several 64-token blocks.
+    # chats at 4 in flight, all beginning with one system prompt of several 64-token blocks;
+    # and a fourth's (trace_agent_sessions.jsonl) of four agents' sessions named in Dynamo's
+    # x-dynamo-session-id header (one a subagent, x-dynamo-parent-session-id), 17 chats in all,
+    # each turn sent when the one before it answered and a "tool" ran 0.1-0.3 s.
     local ver=1.6.1 dpy dest model
     dpy="$TOOLS_HOME/ai-dynamo-$ver/venv/bin/python"
     [[ -x "$dpy" ]] || dpy=$(tool_venv ai-dynamo "$ver" python3)
@@ -1733,8 +1736,48 @@ async def main(url):
 
 asyncio.run(main(sys.argv[1]))
 PYEOF2
+    cat >"$WORK/dynamo/sessions.py" <<'PYEOF2'
+import asyncio
+import sys
+
+from openai import AsyncOpenAI
+
+
+async def session(client, name, parent, turns, tool_s):
+    # an agent: each turn sent when the one before it answered and its "tool" ran (tool_s),
+    # its history growing; the session named in Dynamo's headers
+    headers = {"x-dynamo-session-id": name}
+    if parent:
+        headers["x-dynamo-parent-session-id"] = parent
+    messages = [{"role": "system", "content": "You are agent " + name + ". " + "plan " * 40}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"tool result {turn}: " + "ok " * 10})
+        stream = await client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=8 + turn % 3 * 4, stream=True,
+            stream_options={"include_usage": True}, extra_headers=headers)
+        text = ""
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+        messages.append({"role": "assistant", "content": text or "done"})
+        await asyncio.sleep(tool_s)
+
+
+async def main(url):
+    client = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    await asyncio.gather(
+        session(client, "agent-a", None, 5, 0.3),
+        session(client, "agent-b", None, 5, 0.1),
+        session(client, "agent-c", None, 4, 0.2),
+        session(client, "agent-a-sub", "agent-a", 3, 0.1),
+    )
+    print("sent 17 requests", file=sys.stderr)
+
+
+asyncio.run(main(sys.argv[1]))
+PYEOF2
     local run
-    for run in load abandon shared; do
+    for run in load abandon shared sessions; do
         rm -rf "$WORK/dynamo/kv"
         # the shared-prefix run: two engines (the mocker's --num-workers 2) behind the
         # frontend's default router (round-robin)
@@ -1749,6 +1792,9 @@ PYEOF2
     cp "$WORK/dynamo/load.jsonl" "$dest/trace_chat_completions_c124.jsonl"
     cp "$WORK/dynamo/abandon.jsonl" "$dest/trace_abandoned_refused.jsonl"
     cp "$WORK/dynamo/shared.jsonl" "$dest/trace_two_workers_shared_prefix.jsonl"
+    [[ $(wc -l <"$WORK/dynamo/sessions.jsonl") -eq 17 ]] || {
+        echo "make_recording_fixtures: dynamo traced $(wc -l <"$WORK/dynamo/sessions.jsonl") of 17 requests" >&2; exit 1; }
+    cp "$WORK/dynamo/sessions.jsonl" "$dest/trace_agent_sessions.jsonl"
 }
 
 wait_spans() {

@@ -405,3 +405,61 @@ def test_damaged_worker_ids_are_refused_naming_the_field(
     with pytest.raises(TraceError) as err:
         read_recording(write_lines(tmp_path / "t.jsonl", docs))
     assert "line 8" in str(err.value) and field in str(err.value), str(err.value)
+
+
+SESSIONS = TRACE.with_name("trace_agent_sessions.jsonl")
+
+
+def test_agent_sessions_are_turns_each_after_the_one_before_and_its_tool_time() -> None:
+    """Four agents' sessions (x-dynamo-session-id; one a sub-agent's): each later turn waits
+    for the turn before it in its session (by arrival) and the gap the trace shows after that
+    turn's end (the client's "tool" of 0.1-0.3 s)."""
+    events = [json.loads(line)["event"] for line in SESSIONS.read_text().splitlines()]
+    rec = read_recording(SESSIONS)
+    conv = rec.conversations
+    assert conv is not None and conv.num_later_turns == len(events) - 4
+    rows = rec.workload.request_id.tolist()
+    for j, p in enumerate(conv.previous):
+        e = events[rows[j]]
+        if p < 0:
+            continue
+        before = events[rows[p]]
+        assert before["agent_context"]["session_id"] == e["agent_context"]["session_id"]
+        end_ms = before["request"]["request_received_ms"] + before["request"]["total_time_ms"]
+        gap_s = (e["request"]["request_received_ms"] - end_ms) / 1000
+        assert conv.delay_s[j] == pytest.approx(gap_s)
+        assert 0.05 < conv.delay_s[j] < 0.4  # the client's 0.1-0.3 s, less its own parsing
+    said = next(n for n in rec.notes if "agent sessions" in n)
+    assert said.startswith("17 requests of 4 agent sessions") and "13 later turns" in said
+    assert "1 sub-agent sessions (parent_session_id)" in said
+
+
+def test_a_turn_sent_before_the_one_before_it_ended_waits_for_none(tmp_path: Path) -> None:
+    docs = [json.loads(line) for line in SESSIONS.read_text().splitlines()]
+    rec = read_recording(SESSIONS)
+    conv = rec.conversations
+    assert conv is not None
+    rows = rec.workload.request_id.tolist()
+    j = next(j for j, p in enumerate(conv.previous) if p >= 0)
+    before = docs[rows[conv.previous[j]]]["event"]["request"]
+    docs[rows[j]]["event"]["request"]["request_received_ms"] = before["request_received_ms"] + 1
+    copy = read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert copy.conversations is not None
+    assert copy.conversations.num_later_turns == conv.num_later_turns - 1
+    said = next(n for n in copy.notes if "agent sessions" in n)
+    assert "1 sent before the turn before them ended wait for none" in said
+
+
+@pytest.mark.parametrize("value", [7, "", {"id": "a"}])
+def test_a_damaged_session_id_is_refused_naming_the_field(tmp_path: Path, value: Any) -> None:
+    docs = [json.loads(line) for line in SESSIONS.read_text().splitlines()]
+    docs[2]["event"]["agent_context"]["session_id"] = value
+    with pytest.raises(TraceError) as err:
+        read_recording(write_lines(tmp_path / "t.jsonl", docs))
+    assert "line 3" in str(err.value) and "agent_context.session_id" in str(err.value)
+
+
+def test_a_trace_without_sessions_has_no_turns() -> None:
+    rec = read_recording(TRACE)
+    assert rec.conversations is None
+    assert not any("agent sessions" in n for n in rec.notes)

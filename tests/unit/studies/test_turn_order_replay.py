@@ -6,7 +6,8 @@ requests (4 conversations); AIPerf 0.13.0 ``--conversation-num 4 --conversation-
 data with ``enable_multi_turn_chat`` (2 user sessions of 8 rounds, 8 req/s: an open loop whose
 rounds wait for the session's round before them, ``apis/user_session.py``
 ``LocalUserSession.get_context``), which links its rounds by ``info.extra_info.user_session``
-and ``chat_round``; and a multi-round QA summary (LMCache's users wait for their answer).
+and ``chat_round``; a multi-round QA summary (LMCache's users wait for their answer); and NVIDIA
+Dynamo 1.6.1's request trace of agents' sessions (``agent_context.session_id``).
 
 A tool sends a conversation's next turn only when the turn before it returned (GuideLLM 0.8.1
 ``scheduler/worker.py`` ``_get_next_ready_node``; AIPerf holds its user for the conversation).
@@ -42,6 +43,9 @@ GUIDELLM = FIXTURES / "guidellm-0.8.1" / "turns3_concurrent2.json"
 AIPERF = FIXTURES / "aiperf-0.13.0" / "multiturn3_delay300_concurrency2.jsonl"
 INFERENCE_PERF = (FIXTURES / "inference-perf-0.7.0" / "multi_turn_chat"
                   / "per_request_lifecycle_metrics.json")
+# NVIDIA Dynamo 1.6.1's request trace of four agents' sessions (x-dynamo-session-id), each turn
+# sent when the one before it answered and its "tool" ran 0.1-0.3 s
+DYNAMO = FIXTURES / "dynamo-1.6.1" / "trace_agent_sessions.jsonl"
 CONFIG = SimConfig(engine=EngineConfig(num_gpu_blocks=200, block_size=16, max_num_seqs=8,
                                        max_num_batched_tokens=2048))
 SLOW = LinearCostModel(intercept_s=0.05, per_prefill_token_s=0.0, per_decode_seq_s=0.0,
@@ -63,7 +67,8 @@ def _by_row(rec: Recording, records: pd.DataFrame) -> pd.DataFrame:
     return records.set_index("request_id").loc[rec.workload.request_id].reset_index()
 
 
-@pytest.mark.parametrize(("path", "later"), [(GUIDELLM, 8), (AIPERF, 8), (INFERENCE_PERF, 14)])
+@pytest.mark.parametrize(("path", "later"),
+                         [(GUIDELLM, 8), (AIPERF, 8), (INFERENCE_PERF, 14), (DYNAMO, 13)])
 def test_a_later_turn_is_sent_only_after_the_turn_before_it_ended(path: Path,
                                                                   later: int) -> None:
     rec = read_recording(path)
