@@ -20,6 +20,7 @@ import pytest
 
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.test_published_files import llm_load_test_file
 
 REC = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 Doc = dict[str, Any]
@@ -249,3 +250,26 @@ def test_evalscope_database_short_of_its_summary_is_refused(
         f"{db}: its result table holds {rows} requests, but benchmark_summary.json beside it "
         f"counts {count} (Total Requests): requests missing (a cut or partly copied file?)"
     )
+
+
+def test_llm_load_test_results_fewer_than_its_summary_counts_are_refused(tmp_path: Path) -> None:
+    # llm-load-test is not on PyPI: its file is built from its source (test_published_files's
+    # llm_load_test_file, utils.py write_output at b27aad1: summary.total_requests is
+    # len(results) as written); a result cut from it read as a run of 7 requests
+    path, _ = llm_load_test_file(tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["results"][3]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value).startswith(
+        f"{path}: field 'summary.total_requests': results holds 7 requests, but the file's own "
+        "summary.total_requests says 8 were sent: requests missing (a cut or partly copied file?)"
+    )
+
+
+def test_llm_load_test_files_before_its_summary_have_no_count_to_check() -> None:
+    # its v2 draft (262e682, published) and first layout wrote no summary: nothing to compare
+    draft = REC / "published" / "llm-load-test-v2-draft-caikit-excerpt.json"
+    assert "summary" not in json.loads(draft.read_text())
+    assert read_recording(draft).counts["num_measured"] == 4
