@@ -37,6 +37,7 @@ import numpy as np
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
+    fewer_rows,
     finish_columns,
     load_json,
     max_tokens_note,
@@ -121,8 +122,11 @@ def _refuse_fewer_rows(path: Path, doc: Mapping[str, Any], n: int) -> None:
     if isinstance(total, int) and not isinstance(total, bool) and total > n:
         raise TraceError(
             path,
-            f"results holds {n} requests, but the file's own summary.total_requests says "
-            f"{total} were sent: requests missing (a cut or partly copied file?)",
+            fewer_rows(
+                f"results holds {n} requests, but the file's own summary.total_requests says "
+                f"{total} were sent",
+                f"summary.total_requests is set to {n}",
+            ),
             field="summary.total_requests",
         )
 

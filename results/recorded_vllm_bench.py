@@ -44,6 +44,7 @@ from kvbudget.results.recorded_fields import (
     FloatArray,
     cap_reached,
     dig,
+    fewer_rows,
     finish_columns,
     json_lines,
     max_tokens_note,
@@ -358,15 +359,19 @@ def _refuse_fewer_rows(path: Path, doc: Mapping[str, Any], line: int | None, n: 
     completed, failed = doc.get("completed"), doc.get("failed")
     if not isinstance(completed, int) or isinstance(completed, bool):
         return
+    errors = doc.get("errors")
+    listed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
     said = "failed"
     if not isinstance(failed, int) or isinstance(failed, bool) or failed < 0:
-        errors = doc.get("errors")
-        failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
-        said = "with an error"
+        failed, said = listed, "with an error"
     if completed + failed > n:
-        raise TraceError(path, f"the lists hold {n} requests, but the file's own counts say "
-                         f"{completed + failed} were sent (completed {completed}, {failed} {said}"
-                         "): requests missing (a cut or partly copied file?)",
+        where = "" if line is None else f" on line {line}"
+        trimmed = (f"completed{where} is set to {n - listed}"
+                   + (f" and failed to {listed} (its requests without and with an error)"
+                      if said == "failed" else " (its requests without an error)"))
+        raise TraceError(path, fewer_rows(f"the lists hold {n} requests, but the file's own "
+                                          f"counts say {completed + failed} were sent "
+                                          f"(completed {completed}, {failed} {said})", trimmed),
                          **_where(line, "input_lens"))
 
 
