@@ -375,12 +375,12 @@ def _check_latencies(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e
 
 
 SLOWEST_DECODE_S = 10.0
-"""The slowest decode published of a server answering requests: about 10 s a token, LLaMA 7B
-(4-bit) under llama.cpp on a 4 GB Raspberry Pi 4, swapping (github.com/ggml-org/llama.cpp
-issue 58, 2023-03-12). Others slower than 2 s a token are served too: 2.65 s a token
-through llama-cpp-python's OpenAI-compatible server on a Mac Studio
-(github.com/abetlen/llama-cpp-python issue 1354, ``eval time ... 2649.06 ms per token``), so
-the 2 s bound this replaced refused such a file as milliseconds."""
+"""The slowest decode published: about 10 s a token, LLaMA 7B (4-bit) under llama.cpp on a
+4 GB Raspberry Pi 4, swapping (github.com/ggml-org/llama.cpp issue 58, 2023-03-12; its
+command-line program, whose decode its server runs alike). Servers slower than 2 s a token
+are published too: 2.65 s a token through llama-cpp-python's OpenAI-compatible server on a
+Mac Studio (github.com/abetlen/llama-cpp-python issue 1354, ``eval time ... 2649.06 ms per
+token``), so the 2 s bound this replaced refused such a file as milliseconds."""
 
 MAX_TOKEN_TIME_S = 2 * SLOWEST_DECODE_S
 """The slowest median time per output token (E2E less TTFT over the tokens after the first) a
