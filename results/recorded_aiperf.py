@@ -44,6 +44,7 @@ from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     cap_reached,
     dig,
+    fewer_rows,
     finish_columns,
     json_lines,
     load_json,
@@ -1211,10 +1212,13 @@ def _refuse_fewer_records(path: Path, status: list[str]) -> None:
     errors = _summary_count(summary, "error_request_count") or 0
     measured = sum(1 for s in status if s in ("completed", "cancelled") or s.startswith("error"))
     if measured < valid + errors:
-        raise TraceError(path, f"holds {measured} profiling records, but the summary beside it "
-                         f"({_summary_path(path).name}) counts {valid + errors} (request_count "
-                         f"{valid}, error_request_count {errors}): records missing (a cut or "
-                         "partly copied file?)")
+        done = sum(1 for s in status if s == "completed")
+        raise TraceError(path, fewer_rows(
+            f"holds {measured} profiling records, but the summary beside it "
+            f"({_summary_path(path).name}) counts {valid + errors} (request_count {valid}, "
+            f"error_request_count {errors})",
+            f"its request_count avg is set to {done} and error_request_count avg to "
+            f"{measured - done} (its records answered, and failed or cancelled)", "records"))
 
 
 def _error_text(rec: Any) -> str:

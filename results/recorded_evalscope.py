@@ -48,6 +48,7 @@ from kvbudget.results.recorded_fields import (
     MAX_FILE_BYTES,
     MAX_MEASURED_S,
     FloatArray,
+    fewer_rows,
     finish_columns,
     load_json,
     max_tokens_note,
@@ -204,9 +205,9 @@ def _refuse_fewer_rows(db: Path, n: int) -> None:
         return  # not read for anything else: its count unknown
     total = doc.get("Total Requests") if isinstance(doc, dict) else None
     if isinstance(total, int) and not isinstance(total, bool) and total > n:
-        raise TraceError(db, f"its result table holds {n} requests, but {summary.name} beside "
-                         f"it counts {total} (Total Requests): requests missing (a cut or "
-                         "partly copied file?)")
+        raise TraceError(db, fewer_rows(f"its result table holds {n} requests, but "
+                                        f"{summary.name} beside it counts {total} (Total "
+                                        "Requests)", f"its Total Requests is set to {n}"))
 
 
 def _row(db: Path, i: int, row: Mapping[str, Any]) -> tuple[float, ...]:

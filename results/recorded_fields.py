@@ -52,6 +52,16 @@ def dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
+def fewer_rows(said: str, trimmed: str, what: str = "requests") -> str:
+    """The refusal of a file holding fewer requests than its tool's own count beside them:
+    ``said`` (the rows and the count, each named), then the way on for a copy trimmed on
+    purpose (its first requests taken to try kvbudget): ``trimmed``, the edit of the count(s)
+    that makes them say what the file holds, after which it reads as a run of those requests
+    (tests/unit/results/test_recorded_counts.py follows each way)."""
+    return (f"{said}: {what} missing (a cut or partly copied file?); trimmed on purpose, "
+            f"it reads as a run of the {what} it holds once {trimmed}")
+
+
 def number(value: Any, path: Path, field: str, row: int | None = None) -> float:
     """A finite number, NaN for a missing one (None); anything else raises naming the field."""
     if value is None:

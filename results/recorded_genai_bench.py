@@ -48,6 +48,7 @@ import numpy.typing as npt
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     FloatArray,
+    fewer_rows,
     finish_columns,
     load_json,
     max_tokens_note,
@@ -408,10 +409,11 @@ def _refuse_cut_runs(runs: Sequence[_Run]) -> None:
     run than the server saw)."""
     for r in runs:
         if r.num_counted is not None and r.num_counted > len(r.errors):
-            raise TraceError(r.path, f"lists {len(r.errors)} requests, but its own count says "
-                             f"{r.num_counted} (aggregated_metrics.num_requests): requests "
-                             "missing (a cut or partly copied file?)",
-                             field="individual_request_metrics")
+            raise TraceError(r.path, fewer_rows(
+                f"lists {len(r.errors)} requests, but its own count says {r.num_counted} "
+                "(aggregated_metrics.num_requests)",
+                f"aggregated_metrics.num_requests is set to {len(r.errors)}"),
+                field="individual_request_metrics")
 
 
 def _missing_runs(meta: Mapping[str, Any], runs: Sequence[_Run]) -> list[str]:

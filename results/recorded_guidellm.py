@@ -60,6 +60,7 @@ from kvbudget.results.recorded_fields import (
     FloatArray,
     cap_reached,
     dig,
+    fewer_rows,
     finish_columns,
     first_number,
     load_json,
@@ -742,10 +743,12 @@ def _refuse_cut(path: Path, benchmarks: list[Any], b: int, version: str,
             if isinstance(v, int) and not isinstance(v, bool)]
         count, where = max(said, default=(0, ""))
         if listed.get(kind, 0) < count:
-            raise TraceError(path, f"lists {listed.get(kind, 0)} {kind} requests, but the "
-                             f"report's own count says {count} ({where}): requests missing "
-                             "(a cut or partly copied file?)",
-                             field=f"benchmarks[{b}].requests.{kind}")
+            over = [f"benchmarks[{b}].{w}" for v, w in said if v > listed.get(kind, 0)]
+            raise TraceError(path, fewer_rows(
+                f"lists {listed.get(kind, 0)} {kind} requests, but the report's own count "
+                f"says {count} ({where})", f"{' and '.join(over)} "
+                f"{'is' if len(over) == 1 else 'are'} set to {listed.get(kind, 0)}"),
+                field=f"benchmarks[{b}].requests.{kind}")
 
 
 def _time_limit(bench: Mapping[str, Any], num_sent: int) -> tuple[float, str] | None:

@@ -41,6 +41,7 @@ from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     cap_reached,
     dig,
+    fewer_rows,
     finish_columns,
     load_json,
     max_tokens_note,
@@ -425,13 +426,21 @@ def _refuse_fewer_rows(path: Path, ids: list[int | None], n: int) -> None:
         for k, count, p in sorted(counted):
             rows = sum(1 for s in ids if s == k)
             if rows < count:
-                raise TraceError(path, f"holds {rows} requests of stage {k}, but {p.name} "
-                                 f"beside it counts {count} (load_summary.count): requests "
-                                 "missing (a cut or partly copied file?)")
+                raise TraceError(path, fewer_rows(
+                    f"holds {rows} requests of stage {k}, but {p.name} beside it counts "
+                    f"{count} (load_summary.count)",
+                    f"that load_summary.count is set to {rows}"))
     elif counted and n < sum(c for _, c, _ in counted):
-        raise TraceError(path, f"holds {n} requests, but the stage files beside it count "
-                         f"{sum(c for _, c, _ in counted)} (load_summary.count): requests "
-                         "missing (a cut or partly copied file?)")
+        left, filled = n, []
+        for _, count, p in sorted(counted):  # its requests go to the stages in start order
+            filled.append(f"{p.name} {min(count, left)}")
+            left -= min(count, left)
+        raise TraceError(path, fewer_rows(
+            f"holds {n} requests, but the stage files beside it count "
+            f"{sum(c for _, c, _ in counted)} (load_summary.count)",
+            "their load_summary.count are set to what it holds of each stage (its first "
+            f"requests: {', '.join(filled)}; without a stage_id its requests are given to the "
+            "stages in start order)"))
 
 
 def _stages(path: Path, start: Any, ids: list[int | None]) -> tuple[list[str],

@@ -40,6 +40,11 @@ sample.json``) was refused as a GuideLLM report missing ``benchmarks[0].requests
 0.4.0 printed (github.com/djangodevreng/dgx-spark-benchmarks 5636536, ``results/*/
 04-multi-turn.log``) as a CSV whose 'prompt_tokens' column was to be mapped (its header
 ``llama-benchy (0.4.0)``).
+
+No request count is compared with rows here (as the other readers compare theirs, e.g.
+``recorded_vllm_bench._refuse_fewer_rows``): no file of llama-benchy's is read as requests, each
+is refused above whole, so none can be read as a smaller run. Its JSON report's per-test
+``values`` (one ``ttfr`` a request, ``_process_batch``) are not read as requests either.
 """
 
 from __future__ import annotations

@@ -7,7 +7,14 @@ a request (``src/llm_load_test/result.py``: ``user_id``, ``input_tokens``, ``out
 ``end_time`` in seconds of ``time.time()``, ``ttft`` / ``response_time`` in milliseconds,
 ``error_code``, ``error_text``), ``config`` (the run's YAML, ``load_options.concurrency`` set
 to the run's number of users, ``load_options.duration``, ``plugin_options.model_name``) and
-``summary`` (aggregates).
+``summary`` (aggregates; since d503eba, Feb 2024, also ``total_requests``, ``len(results)``
+as written, and ``total_failures``, the results with an ``error_text``: b27aad1
+``src/llm_load_test/utils.py:124-142`` and ``:227-231``; :func:`_refuse_fewer_rows` compares
+the first with the rows). Its first layout and its v2 draft (both before d503eba) wrote no
+count beside ``results``: the draft's ``config`` and ``results`` only (its published
+``output/output.json`` at 262e682), the first layout ``{"results": ..., "config": ...}``
+(64f000d ``utils.py`` ``write_output``), so a copy of theirs with a request cut reads as a
+smaller run and cannot be told from the file.
 
 The load (``src/llm_load_test/load_test.py`` and ``user.py``): ``concurrency`` user processes,
 each sending its next request as soon as its last returned (``User.run_user_process``), until
@@ -30,6 +37,7 @@ import numpy as np
 from kvbudget.results.recorded_fields import (
     MAX_MEASURED_S,
     dig,
+    fewer_rows,
     finish_columns,
     load_json,
     max_tokens_note,
@@ -105,6 +113,24 @@ def _one(path: Path, i: int, req: Any) -> tuple[float, float, float, float, floa
     return p, 0.0 if math.isnan(o) else o, t0, ttft, e2e, status
 
 
+def _refuse_fewer_rows(path: Path, doc: Mapping[str, Any], n: int) -> None:
+    """Refuse a file with fewer ``results`` than its ``summary.total_requests``, which
+    llm-load-test sets to their number as it writes them (b27aad1 ``src/llm_load_test/
+    utils.py:142`` ``req_count = len(df)``, the frame of ``results_list``, ``:227``; since
+    d503eba): a copy with a request cut otherwise reads as a smaller run."""
+    total = dig(doc, "summary", "total_requests")
+    if isinstance(total, int) and not isinstance(total, bool) and total > n:
+        raise TraceError(
+            path,
+            fewer_rows(
+                f"results holds {n} requests, but the file's own summary.total_requests says "
+                f"{total} were sent",
+                f"summary.total_requests is set to {n}",
+            ),
+            field="summary.total_requests",
+        )
+
+
 def _stage(path: Path, doc: Mapping[str, Any], notes: list[str]) -> RecordedStage:
     """A closed loop of ``load_options.concurrency`` users (one run a file)."""
     users = dig(doc, "config", "load_options", "concurrency")
@@ -165,6 +191,7 @@ def read_llm_load_test(
             field="results",
         )
     rows = [_one(path, i, req) for i, req in enumerate(results)]
+    _refuse_fewer_rows(path, doc, len(rows))
     _streamed(path, doc, np.array([r[3] for r in rows]))
     prompt = np.array([r[0] for r in rows])
     if np.isnan(prompt).any():

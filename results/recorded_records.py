@@ -48,7 +48,7 @@ from kvbudget.workloads.traces._finish import DROP_TRUNCATED
 from kvbudget.workloads.traces._jsonl import read_jsonl_columns
 from kvbudget.workloads.traces._tabular import generic_kind
 from kvbudget.workloads.traces.options import CANONICAL_COLUMNS, TraceOptions
-from kvbudget.workloads.traces.report import DRAWN_ARRIVALS
+from kvbudget.workloads.traces.report import DRAWN_ARRIVALS, LoadedTrace
 from kvbudget.workloads.workload import Workload
 
 
@@ -97,8 +97,8 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     trace_cols = {k: v for k, v in columns.items() if k in CANONICAL_COLUMNS}
     names = {c: columns.get(c, c) for c in (*MEASUREMENT_COLUMNS, "id")}
     rule = REALISED_OUTPUT if max_output is None else max_output
-    loaded = load_trace(path, TraceOptions(format="generic", columns=trace_cols or None,
-                                           default_tier=default_tier, max_output=rule))
+    loaded = _load_in_seconds(path, TraceOptions(format="generic", columns=trace_cols or None,
+                                                 default_tier=default_tier, max_output=rule))
     if DROP_TRUNCATED in dict(loaded.report.dropped):  # a trace's rule, not a measurement's
         raise cut_last_line(path)
     workload, rebased = _rebased(loaded.workload, trace_cols.get("arrival_s", "arrival_s"))
@@ -152,6 +152,34 @@ def read_records(path: Path, columns: Mapping[str, str], default_tier: str,
     notes.append(OPEN_REPLAY_NOTE)
     return build_recording(path, "records", workload, ttft=ttft, e2e=e2e, status=status, stage=stage,
                   itl_mean=None, config={}, counts=counts, notes=notes)
+
+
+_UNIT_WAY = re.compile(r": --arrival-unit (ms|us|ns); in a scenario, \[workload\.options\] "
+                       r"arrival_unit$")
+"""The way on the trace loader names for arrivals in a finer unit than seconds
+(``workloads/traces/_finish.py`` ``_past_any_date``): options of a trace, not of a records
+file."""
+
+
+def _load_in_seconds(path: Path, options: TraceOptions) -> LoadedTrace:
+    """``load_trace`` of a records file, its refusal of arrivals past the year 2100 read as
+    seconds (epoch milliseconds, microseconds or nanoseconds: no clock in seconds reads that)
+    naming the way a records file has: its times are seconds, and ``calibrate``, ``validate``
+    and ``replay --records`` take no ``--arrival-unit`` (the loader's own words named it, and
+    a scenario's ``[workload.options]``, neither of which reads a recording). Arrivals in
+    milliseconds from the run's start (0 to 60,000 for a minute) are not told: any rate may
+    be a run's, so they read as a run a thousand times slower (docs/recordings.md)."""
+    try:
+        return load_trace(path, options)
+    except TraceError as err:
+        way = _UNIT_WAY.search(err.problem)
+        if way is None:
+            raise
+        factor = {"ms": "1,000", "us": "1,000,000", "ns": "1,000,000,000"}[way.group(1)]
+        raise TraceError(err.path, f"{err.problem[: way.start()]}: the records format's times "
+                         "are seconds, and no option of calibrate, validate or replay sets "
+                         f"another unit: write them in seconds (divide by {factor})",
+                         line=err.line, row=err.row, field=err.field) from None
 
 
 def cut_last_line(path: Path) -> TraceError:
@@ -346,10 +374,20 @@ def _check_latencies(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e
         raise TraceError(path, problem, row=int(file_rows[i]), field=names["e2e_s"])
 
 
-MAX_TOKEN_TIME_S = 2.0
+SLOWEST_DECODE_S = 10.0
+"""The slowest decode published: about 10 s a token, LLaMA 7B (4-bit) under llama.cpp on a
+4 GB Raspberry Pi 4, swapping (github.com/ggml-org/llama.cpp issue 58, 2023-03-12; its
+command-line program, whose decode its server runs alike). Servers slower than 2 s a token
+are published too: 2.65 s a token through llama-cpp-python's OpenAI-compatible server on a
+Mac Studio (github.com/abetlen/llama-cpp-python issue 1354, ``eval time ... 2649.06 ms per
+token``), so the 2 s bound this replaced refused such a file as milliseconds."""
+
+MAX_TOKEN_TIME_S = 2 * SLOWEST_DECODE_S
 """The slowest median time per output token (E2E less TTFT over the tokens after the first) a
-records file's seconds are believed at: a loaded server decodes a token in milliseconds to a
-few hundred; two seconds a token for most requests is a millisecond column named ``*_s``."""
+records file's seconds are believed at: twice :data:`SLOWEST_DECODE_S`. Above it the column
+holds milliseconds: a GPU server's 20 to 90 ms a token (vLLM 0.19.0 on an RTX 4090 and an RTX
+PRO 6000, ../shared/measured/llmservingsim_vllm019: medians 31, 33 and 84 ms) read as 20 to
+90 s. A millisecond file decoding faster than 20 ms a token is not told by this bound."""
 
 
 def _check_units(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e: FloatArray,
@@ -370,9 +408,11 @@ def _check_units(path: Path, names: Mapping[str, str], ttft: FloatArray, e2e: Fl
             else repr(names["e2e_s"]))
     raise TraceError(path, f"the completed requests took a median {median:.3g} s per output "
                      f"token after the first ({int(ok.sum()):,} requests, E2E less TTFT over "
-                     f"output_tokens - 1; median E2E {float(np.median(e2e[ok])):.4g} s): no "
-                     f"server decodes that slowly; {cols} look like milliseconds in a seconds "
-                     "column: give seconds (divide by 1,000)", field=names["e2e_s"])
+                     f"output_tokens - 1; median E2E {float(np.median(e2e[ok])):.4g} s): over "
+                     f"{MAX_TOKEN_TIME_S:g} s, twice the slowest decode published "
+                     f"({SLOWEST_DECODE_S:g} s a token, LLaMA 7B on a Raspberry Pi 4); {cols} "
+                     "look like milliseconds in a seconds column: give seconds (divide by "
+                     "1,000)", field=names["e2e_s"])
 
 
 def _repeated_rows_said(workload: Workload, ttft: FloatArray, e2e: FloatArray,

@@ -44,6 +44,7 @@ from kvbudget.results.recorded_fields import (
     FloatArray,
     cap_reached,
     dig,
+    fewer_rows,
     finish_columns,
     json_lines,
     max_tokens_note,
@@ -345,20 +346,32 @@ def _refuse_fewer_rows(path: Path, doc: Mapping[str, Any], line: int | None, n: 
     smaller run. Where ``failed`` is not written (0.10.2 and before, SGLang), the requests with
     an error stand for it: the clients write one only on a failure (0.6.6.post1
     benchmarks/backend_request_func.py:296-300), so a cut failure with an empty one is not
-    seen. ``num_prompts`` is not compared: the datasets may give fewer prompts than asked
-    (0.6.6's ShareGPT sampler stops where the dataset runs out, benchmark_serving.py:109-111)."""
+    seen, and nothing else in the file tells it: every list loses the same element; a failure
+    adds to no total (``total_input`` sums the successes' prompts, 0.10.2
+    vllm/benchmarks/serve.py:284-308); and ``num_prompts`` is not compared, as no rule makes it
+    exact for these files: they name no dataset (0.10.2 serve.py:1176-1203 writes
+    ``num_prompts`` and the load's settings, not ``--dataset-name``), and datasets may give
+    fewer prompts than asked (0.6.6's ShareGPT sampler stops where the dataset runs out,
+    benchmark_serving.py:109-111; 0.10.2's ``--no-oversample``, unrecorded, leaves ShareGPT,
+    custom and the Hugging Face datasets short, vllm/benchmarks/datasets.py:241-244 and
+    :1015-1018), though random and sonnet give exactly ``num_prompts`` (0.8.5
+    benchmarks/benchmark_dataset.py:342, :493)."""
     completed, failed = doc.get("completed"), doc.get("failed")
     if not isinstance(completed, int) or isinstance(completed, bool):
         return
+    errors = doc.get("errors")
+    listed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
     said = "failed"
     if not isinstance(failed, int) or isinstance(failed, bool) or failed < 0:
-        errors = doc.get("errors")
-        failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
-        said = "with an error"
+        failed, said = listed, "with an error"
     if completed + failed > n:
-        raise TraceError(path, f"the lists hold {n} requests, but the file's own counts say "
-                         f"{completed + failed} were sent (completed {completed}, {failed} {said}"
-                         "): requests missing (a cut or partly copied file?)",
+        where = "" if line is None else f" on line {line}"
+        trimmed = (f"completed{where} is set to {n - listed}"
+                   + (f" and failed to {listed} (its requests without and with an error)"
+                      if said == "failed" else " (its requests without an error)"))
+        raise TraceError(path, fewer_rows(f"the lists hold {n} requests, but the file's own "
+                                          f"counts say {completed + failed} were sent "
+                                          f"(completed {completed}, {failed} {said})", trimmed),
                          **_where(line, "input_lens"))
 
 

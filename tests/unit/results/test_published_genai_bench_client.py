@@ -102,6 +102,8 @@ def test_a_cut_down_run_file_is_refused() -> None:
     assert str(info.value) == (
         f"{EXCERPT}/D8000_700_text-to-text_openai_gpt-oss-120b_num_concurrency_4_time_66s.json: "
         "field 'individual_request_metrics': lists 13 requests, but its own count says 128 "
-        "(aggregated_metrics.num_requests): requests missing (a cut or partly copied file?)")
+        "(aggregated_metrics.num_requests): requests missing (a cut or partly copied file?); "
+        "trimmed on purpose, it reads as a run of the requests it holds once "
+        "aggregated_metrics.num_requests is set to 13")
     # genai-bench's own files list every request they count
     assert read_recording(CLOSED).counts["num_rows_read"] == 23

@@ -20,6 +20,7 @@ import pytest
 
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
+from tests.unit.results.test_published_files import llm_load_test_file
 
 REC = Path(__file__).resolve().parents[2] / "fixtures" / "recordings"
 Doc = dict[str, Any]
@@ -71,6 +72,26 @@ def test_vllm_and_sglang_lists_shorter_than_their_counts_are_refused(
     said = str(info.value)
     assert said.startswith(str(path)) and "\n" not in said
     assert re.search(rf"the lists hold {rows} requests, .* say {count} were sent", said), said
+    # the way on for a copy trimmed on purpose: its counts set to what it holds
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    doc = lines[0]  # the run cut (one a line with --append-result)
+    errors = sum(1 for e in doc.get("errors") or [] if e)
+    where = " on line 1" if len(lines) > 1 else ""  # a line named where the file has several
+    way = f"completed{where} is set to {rows - errors}" + (
+        f" and failed to {errors}" if "failed" in doc else ""
+    )
+    assert f"; trimmed on purpose, it reads as a run of the requests it holds once {way} " in said
+    doc["completed"] = rows - errors
+    if "failed" in doc:
+        doc["failed"] = errors
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    if rows == errors:  # every request failed: refused as the whole file is (server_down)
+        with pytest.raises(TraceError) as still:
+            read_recording(path)
+        assert "missing" not in str(still.value)
+    else:
+        num = sum(len(d["input_lens"]) for d in lines)
+        assert read_recording(path).counts["num_rows_read"] == num
 
 
 def _dropped_line(tmp: Path, rel: str, k: int) -> Path:
@@ -104,6 +125,22 @@ def test_aiperf_records_fewer_than_its_summary_counts_are_refused(
     said = str(info.value)
     assert said.startswith(f"{path}: holds {rows} profiling records, but the summary beside it ")
     assert f"counts {count} (request_count" in said and "\n" not in said
+    # the way on for a copy trimmed on purpose: the summary's counts set as the message says
+    way = re.search(
+        r"\(([^()]+\.json)\) counts .* once its request_count avg is set to (\d+) and "
+        r"error_request_count avg to (\d+) \(its records answered, and failed or cancelled\)$",
+        said,
+    )
+    assert way, said
+    summary = path.with_name(way.group(1))
+    doc = json.loads(summary.read_text())
+    at = doc if "request_count" in doc else doc["records"]
+    at["request_count"]["avg"] = float(way.group(2))
+    if "error_request_count" in at:
+        at["error_request_count"]["avg"] = float(way.group(3))
+    summary.write_text(json.dumps(doc))
+    assert int(way.group(2)) + int(way.group(3)) == rows
+    assert read_recording(path).counts["num_measured"] <= rows
 
 
 def test_an_aiperf_warmup_record_dropped_is_no_request_missing(tmp_path: Path) -> None:
@@ -148,6 +185,19 @@ def test_guidellm_lists_shorter_than_its_counts_are_refused(
     said = str(info.value)
     assert said.startswith(f"{path}: field 'benchmarks[0].requests.{kind}': lists {rows} ")
     assert f"the report's own count says {count} ({where}" in said and "\n" not in said
+    # the way on for a copy trimmed on purpose: each count over the list set to it
+    way = re.search(r"it holds once (.+) (?:is|are) set to (\d+)$", said)
+    assert way and int(way.group(2)) == rows, said
+    doc = json.loads(path.read_text())
+    for field in way.group(1).split(" and "):
+        keys = field.removeprefix("benchmarks[0].").split(".")
+        node = doc["benchmarks"][0]
+        for key in keys[:-1]:
+            node = node[key]
+        assert node[keys[-1]] > rows
+        node[keys[-1]] = rows
+    path.write_text(json.dumps(doc))
+    read_recording(path)
 
 
 def test_a_guidellm_incomplete_request_never_listed_is_no_request_missing(tmp_path: Path) -> None:
@@ -179,10 +229,23 @@ def test_inference_perf_requests_fewer_than_its_stage_files_count_are_refused(
     path.write_text(json.dumps(doc))
     with pytest.raises(TraceError) as info:
         read_recording(path)
-    assert str(info.value) == (
+    said = str(info.value)
+    assert said.startswith(
         f"{path}: holds {rows} requests, but the stage files beside it count {count} "
-        "(load_summary.count): requests missing (a cut or partly copied file?)"
+        "(load_summary.count): requests missing (a cut or partly copied file?); trimmed on "
+        "purpose, it reads as a run of the requests it holds once their load_summary.count "
+        "are set to what it holds of each stage (its first requests: "
     )
+    # the way on: each stage file's count as the message gives it (its first requests)
+    way = re.search(r"\(its first requests: (.+?); without a stage_id", said)
+    assert way, said
+    for pair in way.group(1).split(", "):
+        name, num = pair.rsplit(" ", 1)
+        stage = path.with_name(name)
+        doc = json.loads(stage.read_text())
+        doc["load_summary"]["count"] = int(num)
+        stage.write_text(json.dumps(doc))
+    assert read_recording(path).counts["num_rows_read"] == rows
 
 
 def test_inference_perf_stage_short_of_its_count_is_refused_by_stage(tmp_path: Path) -> None:
@@ -202,8 +265,15 @@ def test_inference_perf_stage_short_of_its_count_is_refused_by_stage(tmp_path: P
         read_recording(path)
     assert str(info.value) == (
         f"{path}: holds 7 requests of stage 1, but stage_1_lifecycle_metrics.json beside it "
-        "counts 8 (load_summary.count): requests missing (a cut or partly copied file?)"
+        "counts 8 (load_summary.count): requests missing (a cut or partly copied file?); "
+        "trimmed on purpose, it reads as a run of the requests it holds once that "
+        "load_summary.count is set to 7"
     )
+    stage = tmp_path / "stage_1_lifecycle_metrics.json"
+    doc = json.loads(stage.read_text())
+    doc["load_summary"]["count"] = 7
+    stage.write_text(json.dumps(doc))
+    assert read_recording(path).counts["num_rows_read"] == 23
 
 
 @pytest.mark.parametrize(
@@ -226,8 +296,12 @@ def test_genai_bench_run_shorter_than_its_count_is_refused(
     assert str(info.value) == (
         f"{path}: field 'individual_request_metrics': lists {rows} requests, but its own count "
         f"says {count} (aggregated_metrics.num_requests): requests missing (a cut or partly "
-        "copied file?)"
+        "copied file?); trimmed on purpose, it reads as a run of the requests it holds once "
+        f"aggregated_metrics.num_requests is set to {rows}"
     )
+    doc["aggregated_metrics"]["num_requests"] = rows
+    path.write_text(json.dumps(doc))
+    read_recording(tmp_path / run)
 
 
 @pytest.mark.parametrize(
@@ -247,5 +321,53 @@ def test_evalscope_database_short_of_its_summary_is_refused(
         read_recording(tmp_path / "run")
     assert str(info.value) == (
         f"{db}: its result table holds {rows} requests, but benchmark_summary.json beside it "
-        f"counts {count} (Total Requests): requests missing (a cut or partly copied file?)"
+        f"counts {count} (Total Requests): requests missing (a cut or partly copied file?); "
+        f"trimmed on purpose, it reads as a run of the requests it holds once its Total "
+        f"Requests is set to {rows}"
     )
+    summary = db.with_name("benchmark_summary.json")
+    doc = json.loads(summary.read_text())
+    doc["Total Requests"] = rows
+    summary.write_text(json.dumps(doc))
+    read_recording(tmp_path / "run")
+
+
+def test_llm_load_test_results_fewer_than_its_summary_counts_are_refused(tmp_path: Path) -> None:
+    # llm-load-test is not on PyPI: its file is built from its source (test_published_files's
+    # llm_load_test_file, utils.py write_output at b27aad1: summary.total_requests is
+    # len(results) as written); a result cut from it read as a run of 7 requests
+    path, _ = llm_load_test_file(tmp_path)
+    doc = json.loads(path.read_text())
+    del doc["results"][3]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    assert str(info.value) == (
+        f"{path}: field 'summary.total_requests': results holds 7 requests, but the file's own "
+        "summary.total_requests says 8 were sent: requests missing (a cut or partly copied "
+        "file?); trimmed on purpose, it reads as a run of the requests it holds once "
+        "summary.total_requests is set to 7"
+    )
+    doc["summary"]["total_requests"] = 7
+    path.write_text(json.dumps(doc))
+    assert read_recording(path).counts["num_rows_read"] == 7
+
+
+def test_llm_load_test_files_before_its_summary_have_no_count_to_check() -> None:
+    # its v2 draft (262e682, published) and first layout wrote no summary: nothing to compare
+    draft = REC / "published" / "llm-load-test-v2-draft-caikit-excerpt.json"
+    assert "summary" not in json.loads(draft.read_text())
+    assert read_recording(draft).counts["num_measured"] == 4
+
+
+def test_the_docs_quote_the_way_on_a_trimmed_copy_gets(tmp_path: Path) -> None:
+    path = _vllm_copy(tmp_path, "vllm-bench-0.34.0/rate8.json", 0)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    quoted = (
+        "trimmed on purpose, it reads as a run of the requests it holds once completed is set "
+        "to 9 and failed to 0 (its requests without and with an error)"
+    )
+    assert str(info.value).endswith(quoted)
+    doc = Path(__file__).resolve().parents[3] / "docs" / "recordings.md"
+    assert quoted in " ".join(doc.read_text().split())

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvbudget.results.recorded_records import MAX_TOKEN_TIME_S, SLOWEST_DECODE_S
 from kvbudget.results.recordings import read_recording
 from kvbudget.workloads.errors import TraceError
 from tests.conftest import SHARED
@@ -108,3 +109,64 @@ def _write(tmp_path: Path, df: pd.DataFrame) -> Path:
     path = tmp_path / "once.csv"
     df.to_csv(path, index=False)
     return path
+
+
+def _per_token(tmp_path: Path, token_s: float) -> Path:
+    """A run in seconds whose requests each took ``token_s`` a token after the first."""
+    df = _light(20)
+    df["e2e_s"] = df["ttft_s"] + (df["output_tokens"] - 1) * token_s
+    return _write(tmp_path, df)
+
+
+def test_the_slowest_published_decode_reads_and_slower_is_refused(tmp_path: Path) -> None:
+    """The bound is twice the slowest decode published (10 s a token, LLaMA 7B under llama.cpp
+    on a Raspberry Pi 4): a file of such a server in seconds was refused as milliseconds under
+    the old 2 s bound (llama-cpp-python's server at 2.65 s a token too); above the bound the
+    column is still read as milliseconds."""
+    assert MAX_TOKEN_TIME_S == 2 * SLOWEST_DECODE_S == 20.0
+    for token_s in (2.65, SLOWEST_DECODE_S, 0.95 * MAX_TOKEN_TIME_S):
+        assert len(read_recording(_per_token(tmp_path, token_s)).workload) == 20
+    with pytest.raises(TraceError) as refused:
+        read_recording(_per_token(tmp_path, 1.05 * MAX_TOKEN_TIME_S))
+    said = str(refused.value)
+    assert "over 20 s, twice the slowest decode published (10 s a token" in said
+    assert "'e2e_s' look like milliseconds" in said
+    doc = " ".join(
+        (Path(__file__).resolve().parents[3] / "docs" / "recordings.md").read_text().split()
+    )
+    assert (
+        "over 20 s per output token after the first (twice the slowest decode published: about 10 s a token"
+        in doc
+    )
+
+
+@pytest.mark.parametrize(("unit", "factor"), [("ms", 1e3), ("us", 1e6), ("ns", 1e9)])
+def test_epoch_arrivals_in_a_finer_unit_name_a_way_a_records_file_has(
+    tmp_path: Path, unit: str, factor: float
+) -> None:
+    """Send times in Unix milliseconds (or finer) beside latencies in seconds: the trace
+    loader refuses them (no clock in seconds reads past the year 2100) but told a records
+    file's user to pass --arrival-unit, which calibrate and validate do not take ("No such
+    option") and the records reader would not read. Now it says to write seconds, and so
+    written the file reads."""
+    df = _light()
+    df["arrival_s"] = (1_733_600_000 + df["arrival_s"]) * factor
+    path = _write(tmp_path, df)
+    with pytest.raises(TraceError) as refused:
+        read_recording(path)
+    said = str(refused.value)
+    assert said.startswith(f"{path}: line 2: field 'arrival_s': the times read as s put the ")
+    assert f"(as {unit} since 1970 they fall on 2024-12-07T19:33:20Z)" in said
+    assert "--arrival-unit" not in said and "[workload.options]" not in said
+    way = {"ms": "1,000", "us": "1,000,000", "ns": "1,000,000,000"}[unit]
+    assert said.endswith(f"write them in seconds (divide by {way})")
+    df["arrival_s"] /= factor
+    assert len(read_recording(_write(tmp_path, df)).workload) == len(df)
+
+
+def test_the_docs_say_the_records_times_unit() -> None:
+    doc = " ".join(
+        (Path(__file__).resolve().parents[3] / "docs" / "recordings.md").read_text().split()
+    )
+    assert "Seconds only: Unix milliseconds, microseconds or nanoseconds" in doc
+    assert "milliseconds counted from the run's start cannot be told from seconds" in doc
