@@ -40,6 +40,7 @@ from kvbudget.results.recordings import (
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError, UnknownFileError
 from kvbudget.workloads.text_files import head_utf8
+from kvbudget.workloads.traces.options import DEFAULT_PREFIX_BLOCK_TOKENS
 
 FILE_KINDS: dict[str, str] = {
     "vllm-bench": "result",
@@ -69,13 +70,23 @@ def _whose(tool: str, fmt: str, path: Path) -> str:
     return f"{_TOOL_OF_FORMAT.get(fmt, tool)}'s {kind}"
 
 
-def _ways_in(path: Path) -> str:
+def _ways_in(path: Path, out: str = "T.csv") -> str:
     return (
         f"pass it to kvbudget validate --records {path} (or calibrate --records), which "
-        f"simulates its requests and compares; kvbudget trace convert {path} --out T.csv "
-        "writes them as a trace T.csv for a what-if (--trace T.csv --rate-scale 2: twice its "
+        f"simulates its requests and compares; kvbudget trace convert {path} --out {out} "
+        f"writes them as a trace {out} for a what-if (--trace {out} --rate-scale 2: twice its "
         "rate)"
     )
+
+
+def _trace_file(rec: Recording) -> str:
+    """The trace file ``trace convert`` can write a recording's requests to: a CSV, unless
+    their prefix blocks are of another size than a CSV's ``hash_ids`` say (Mooncake's
+    :data:`~kvbudget.workloads.traces.options.DEFAULT_PREFIX_BLOCK_TOKENS`), which only a
+    Parquet trace keeps (``trace convert`` refuses the CSV)."""
+    w = rec.workload
+    other = w.prefix_hashes is not None and w.prefix_block_tokens != DEFAULT_PREFIX_BLOCK_TOKENS
+    return "T.parquet" if other else "T.csv"
 
 
 def _refused(path: Path, problem: str) -> str:
@@ -117,7 +128,7 @@ def _read_named(path: Path, rec: Recording) -> str:
     return (
         f"{path} is {_whose(rec.tool or rec.format, rec.format, path)} "
         f"({counted(num, 'request')}): "
-        f"a recording, not a trace; {_ways_in(path)}"
+        f"a recording, not a trace; {_ways_in(path, _trace_file(rec))}"
     )
 
 

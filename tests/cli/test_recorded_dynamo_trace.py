@@ -171,3 +171,24 @@ def test_one_named_engine_is_not_said_assumed(tmp_path: Path) -> None:
     code, stdout, stderr = run("validate", "--records", bare, *MODEL, "--out", tmp_path / "b")
     assert code == 0, stderr
     assert "one server (ASSUMED" in " ".join((stdout + stderr).split())
+
+
+def test_the_way_to_a_trace_it_names_works(tmp_path: Path) -> None:
+    """simulate --trace of the trace names trace convert to a file that keeps its 64-token
+    prefix blocks (a CSV's hash_ids are Mooncake's 512-token blocks: trace convert refuses
+    one), and that command, then simulate --trace of its output, run."""
+    code, stdout, stderr = run("simulate", "--trace", SHARED, *MODEL)
+    assert code == 2
+    said = " ".join((stdout + stderr).split())
+    assert f"kvbudget trace convert {SHARED} --out T.parquet" in said, said
+    out = tmp_path / "T.parquet"
+    code, _, stderr = run("trace", "convert", SHARED, "--out", out)
+    assert code == 0, stderr
+    code, _, stderr = run("simulate", "--trace", out, *MODEL, "--out", tmp_path / "sim")
+    assert code == 0, stderr
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert summary["engine"]["prefix_cache_hit_tokens"] > 0
+    # a recording without prefix blocks: a CSV
+    plain = TRACE.parents[1] / "guidellm-0.8.1" / "benchmarks.json"
+    code, stdout, stderr = run("simulate", "--trace", plain, *MODEL)
+    assert code == 2 and "--out T.csv" in " ".join((stdout + stderr).split())
