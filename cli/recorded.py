@@ -48,6 +48,7 @@ from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.studies.calibrate import (
     calibrate_recording,
     fit_parameters,
+    held_out_block,
     linear_start,
     read_calibration,
     refusal,
@@ -949,7 +950,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     print_comparison(cal.table, f"in sample ({counted(cal.num_rows, 'request')}):")
     _print_whole_answer(setup, rows)
-    if rows is not None:
+    if rows is not None and holdout is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
                                   frontend_overhead_s=cal.frontend_overhead_s, rows=~rows,
@@ -960,6 +961,9 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         for line in held.said:
             typer.echo(fill(line))
         _print_server_ttft(held)  # the server's own TTFT, as validate --records prints it
+        # the file keeps what the check found: every command that uses it says so
+        cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout,
+                 held_out=held_out_block(held.table, held.num_compared, holdout))
     typer.echo(f"wrote {out}")
 
 
@@ -1107,6 +1111,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))
     result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
+    if cal is not None and holdout is not None:  # its cost.json keeps what the check found
+        cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
+                 holdout=holdout,
+                 held_out=held_out_block(result.table, result.num_compared, holdout))
     write_validation(result, setup.recording, out, meta=meta, rows=rows,
                      assumed=[setup.settings_said] if "ASSUMED" in setup.settings_said else [])
     title = ("simulated vs measured" if rows is None else

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.cli.plan import _few_p99_said
+from kvbudget.perf.fit_said import fit_said
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
 FIRST = FIXTURES / "vllm-bench-0.32.0" / "rate8.json"  # 20 requests at 8 req/s
@@ -67,3 +68,103 @@ def test_plan_says_nothing_of_few_requests_over_more_than_100() -> None:
     assert _few_p99_said(runs, ["interactive", "batch"]) == ""
     assert "as few as 100 in a run" in _few_p99_said(
         [*runs, {"interactive_completed": 100}], ["interactive"])
+
+
+FIT = ["--gpu", "H100-SXM", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
+       "--block-size", "128", "--num-gpu-blocks", "9", "--max-evals", "3", "--allow-small-fit"]
+SECOND = FIXTURES / "vllm-bench-0.32.0" / "burst05.json"  # 20 requests, 8 req/s, burstier
+
+
+def pct(error: float | None) -> str:
+    """A relative error as the tables print it (``+12.3%``; ``-`` where none was measured)."""
+    return "-" if error is None else f"{100 * error:+.1f}%"
+
+
+def figures(errors: dict[str, Any]) -> str:
+    """The line's figures (``not measured`` for the table's ``-``)."""
+    return ", ".join(f"{label} {pct(errors[key])}".replace(" -", " not measured")
+                     if errors[key] is None else f"{label} {pct(errors[key])}"
+                     for key, label in (("ttft_p50_s", "p50 TTFT"), ("tpot_p50_s", "p50 TPOT"),
+                                        ("e2e_p50_s", "p50 E2E"),
+                                        ("output_tokens_per_s", "output tok/s")))
+
+
+def held_out_rows(stdout: str) -> dict[str, str]:
+    """The held-out table's rel. error column as calibrate printed it."""
+    lines = stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("held out (the last"))
+    return {ln.split()[0]: ln.split()[-1] for ln in lines[head + 3:head + 17]}
+
+
+def test_calibrate_holdout_keeps_its_check_and_every_use_of_the_file_says_it(
+        tmp_path: Path, model: Path) -> None:
+    cost = tmp_path / "cost.json"
+    out, _ = invoke("calibrate", "--records", str(FIRST), "--model", str(model), *FIT,
+                    "--holdout", "0.5", "--out", str(cost))
+    cal = json.loads(cost.read_text())["calibration"]
+    held = cal["held_out"]
+    assert held["fraction"] == 0.5 and held["num_requests"] == 10, held
+    # this file's held-out requests were all read whole: no TTFT nor TPOT measured there
+    assert held["error"]["ttft_p50_s"] is None and held["error"]["tpot_p50_s"] is None, held
+    printed = held_out_rows(out)
+    for metric, error in held["error"].items():  # the file's figures are the printed ones
+        assert printed[metric] == pct(error), (metric, printed, held)
+    line = (f"{cost}: fitted by calibrate --records on rate8.json (vllm bench serve), 10 "
+            f"requests of its 20 measured; in sample: {figures(cal['in_sample_error'])}; held "
+            f"out (the last 0.5, 10 requests): {figures(held['error'])}")
+    trace = tmp_path / "second.csv"
+    invoke("trace", "convert", str(SECOND), "--out", str(trace))
+    _, err = invoke("simulate", "--trace", str(trace), "--cost-model", str(cost), "--gpu",
+                    "H100-SXM", "--model", str(model))
+    assert f"note: {line}" in err.splitlines(), err
+    # a copy: each line is said once a process (perf.fitted_on.print_notes), and the test runs
+    # both commands in one
+    again = tmp_path / "again.json"
+    again.write_text(cost.read_text())
+    _, err = invoke("validate", "--records", str(SECOND), "--cost-model", str(again), "--gpu",
+                    "H100-SXM", "--model", str(model), "--out", str(tmp_path / "val"))
+    assert f"note: {line.replace(str(cost), str(again), 1)}" in err.splitlines(), err
+
+
+def test_validate_holdout_keeps_its_check_in_the_cost_file_it_writes(
+        tmp_path: Path, model: Path) -> None:
+    val = tmp_path / "val"
+    invoke("validate", "--records", str(FIRST), "--model", str(model), *FIT, "--holdout",
+           "0.5", "--out", str(val))
+    held = json.loads((val / "cost.json").read_text())["calibration"]["held_out"]
+    table = json.loads((val / "validation.json").read_text())
+    assert held["num_requests"] == table["num_compared"] == 10
+    assert held["error"] == {r["metric"]: pytest.approx(r["rel_error"])
+                             for r in table["metrics"] if r["stage"] == "all"}
+
+
+def test_a_file_fitted_without_holdout_says_it_had_no_held_out_check(
+        tmp_path: Path, model: Path) -> None:
+    cost = tmp_path / "cost.json"
+    invoke("calibrate", "--records", str(FIRST), "--model", str(model), *FIT, "--out",
+           str(cost))
+    assert json.loads(cost.read_text())["calibration"]["held_out"] is None
+    trace = tmp_path / "second.csv"
+    invoke("trace", "convert", str(SECOND), "--out", str(trace))
+    _, err = invoke("simulate", "--trace", str(trace), "--cost-model", str(cost), "--gpu",
+                    "H100-SXM", "--model", str(model))
+    said = [ln for ln in err.splitlines() if ln.startswith(f"note: {cost}: fitted by")]
+    assert len(said) == 1 and "20 requests of its 20 measured" in said[0], err
+    assert said[0].endswith("; no held-out check (fitted without --holdout): the in-sample "
+                            "errors are of the requests the fit saw; validate --records on "
+                            "another recording, or calibrate --holdout, says how it predicts "
+                            "others"), said
+
+
+def test_fit_said_of_files_that_keep_less() -> None:
+    """Hand-made: a file from before the held-out check was kept, one of calibrate --url (no
+    recording), and one whose errors are null (a figure undefined on the measured side)."""
+    path = Path("cost.json")
+    old = {"calibration": {"records": "/r/a.csv", "records_format": "records", "rows": 1,
+                           "holdout": 0.3, "in_sample_error": {"ttft_p50_s": None}}}
+    (line,) = fit_said(path, old)
+    assert line == ("cost.json: fitted by calibrate --records on a.csv (records), 1 request; "
+                    "in sample: p50 TTFT not measured; held out the last 0.3, but the file does not keep what that check found "
+                    "(calibrate printed it; a file written before the check was kept)")
+    assert fit_said(path, {"calibration": {"source": "calibrate --url"}}) == ()
+    assert fit_said(path, {"kind": "vllm-v1"}) == ()
