@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from kvbudget.cli.main import app
 from kvbudget.cli.plan import _few_p99_said
 from kvbudget.perf.fit_said import fit_said
+from kvbudget.results.recordings import read_recording
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "recordings"
 FIRST = FIXTURES / "vllm-bench-0.32.0" / "rate8.json"  # 20 requests at 8 req/s
@@ -168,3 +169,25 @@ def test_fit_said_of_files_that_keep_less() -> None:
                     "(calibrate printed it; a file written before the check was kept)")
     assert fit_said(path, {"calibration": {"source": "calibrate --url"}}) == ()
     assert fit_said(path, {"kind": "vllm-v1"}) == ()
+
+
+def test_a_sweep_runs_block_override_is_simulated_less_vllms_null_block(
+        tmp_path: Path, model: Path) -> None:
+    """The loop's server ran ``--num-gpu-blocks-override 10`` (tests/live/livevllm.py): 9 blocks
+    of 128 tokens it can allocate, one kept as vLLM v1's null block. A ``vllm bench sweep
+    serve`` run file that carries the override was simulated with all 10 (1,280 tokens), where
+    a replay's server's blocks are read less that block; now 9, and the note says why. (The run
+    file: the real result with the sweep's keys added, as ``vllm/benchmarks/sweep/serve.py``
+    ``_update_run_data`` writes them.)"""
+    doc = json.loads(FIRST.read_text())
+    doc.update({"run_number": 0, "num_gpu_blocks_override": 10, "block_size": 128})
+    path = tmp_path / "run=0.json"
+    path.write_text(json.dumps(doc))
+    rec = read_recording(path)
+    assert rec.config["num_gpu_blocks"] == 9
+    note = next(n for n in rec.notes if "vllm bench sweep serve run" in n)
+    assert ("block_size=128, num_gpu_blocks=9 (its num_gpu_blocks_override 10 less the one "
+            "block vLLM v1 keeps as its null block, never allocated)") in note, note
+    out, _ = invoke("validate", "--records", str(path), "--model", str(model), "--gpu",
+                    "H100-SXM", "--out", str(tmp_path / "val"))
+    assert "num_gpu_blocks=9 block_size=128" in one_line(out), out
