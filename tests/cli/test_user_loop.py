@@ -191,3 +191,43 @@ def test_a_sweep_runs_block_override_is_simulated_less_vllms_null_block(
     out, _ = invoke("validate", "--records", str(path), "--model", str(model), "--gpu",
                     "H100-SXM", "--out", str(tmp_path / "val"))
     assert "num_gpu_blocks=9 block_size=128" in one_line(out), out
+
+
+ASYNC_ASSUMED = ("enable_prefix_caching, async_scheduling (ASSUMED: vLLM's defaults for the GPU "
+                 "and model; the recording does not say what the server ran: pass --set "
+                 "engine.enable_prefix_caching=false, --set engine.async_scheduling=false (a CPU "
+                 "server runs without it) or --scenario)")
+
+
+def test_validate_says_async_scheduling_is_assumed(tmp_path: Path, model: Path) -> None:
+    """The loop's server was vLLM's CPU build, which runs without async scheduling; the file
+    does not say so, and validate simulated vLLM's default (on: one more step in every first
+    token) saying nothing of it, though calibrate's first-token line names it."""
+    _, err = invoke("validate", "--records", str(FIRST), "--model", str(model), *FIT[:10],
+                    "--out", str(tmp_path / "v"))
+    assert ASYNC_ASSUMED in one_line(err), err
+    _, err = invoke("validate", "--records", str(FIRST), "--model", str(model), *FIT[:10],
+                    "--set", "engine.async_scheduling=false", "--out", str(tmp_path / "off"))
+    assert "async_scheduling" not in one_line(err).partition("settings: ")[2].partition(
+        " note:")[0], err
+
+
+def test_a_simulated_runs_async_scheduling_is_the_recordings(tmp_path: Path,
+                                                             model: Path) -> None:
+    """A simulated run directory keeps the engine's knobs it ran with (``summary.json``
+    ``engine_knobs``); its async scheduling was left out, so a run simulated with it off was
+    replayed with vLLM's default, on. Now it is taken from the run, and said so."""
+    trace = tmp_path / "trace.csv"
+    invoke("trace", "convert", str(FIRST), "--out", str(trace))
+    run = tmp_path / "run"
+    invoke("simulate", "--trace", str(trace), "--model", str(model), *FIT[:10], "--set",
+           "engine.async_scheduling=false", "--out", str(run))
+    assert json.loads((run / "summary.json").read_text())["engine_knobs"][
+        "async_scheduling"] is False
+    _, err = invoke("validate", "--records", str(run), "--model", str(model), "--gpu",
+                    "H100-SXM", "--out", str(tmp_path / "v"))
+    said = one_line(err)
+    assert "async_scheduling=false" in said.partition("from the recording: ")[2], said
+    assert "async_scheduling (ASSUMED" not in said, said
+    sim = json.loads((tmp_path / "v" / "sim" / "summary.json").read_text())
+    assert sim["engine_knobs"]["async_scheduling"] is False
