@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from kvbudget.analysis.validation import FEW_FOR_P99
 from kvbudget.cli.errors import CliError, check_out_dir, fail, user_errors
 from kvbudget.cli.options import (
     AddressOpt,
@@ -28,7 +27,13 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import QUANTILES_OVER, plus_minus, render, short_metric
+from kvbudget.cli.tables import (
+    QUANTILES_OVER,
+    few_in_runs_said,
+    plus_minus,
+    render,
+    short_metric,
+)
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.results.said import fill
 from kvbudget.studies.executors import make_executor
@@ -332,7 +337,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
             + "; att = SLO attainment" + (" (all: every tier's requests)" if any(
                 m.startswith("overall_") for m in [*metrics, *(b for b, _ in bounds)]) else "")
             + f", ttft/tpot = p99 seconds (each run's, {QUANTILES_OVER}), mean ± half the "
-            "interval" + _few_p99_said(result.runs, offered) + "; 'no' rows: the largest replica "
+            "interval" + few_in_runs_said(result.runs, offered) + "; 'no' rows: the largest replica "
             "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
             "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))
@@ -342,20 +347,6 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
     return "\n".join([render(headers, rows, gap=1 if not wide else 2),
                       *(fill(x) for x in [*shown, price_note(spec), note,
                                           *_interval_notes(result)])])
-
-
-def _few_p99_said(runs: list[dict[str, Any]], tiers: list[str]) -> str:
-    """The clause of the note where a run's p99 rests on 100 completed requests or fewer
-    (:data:`~kvbudget.analysis.validation.FEW_FOR_P99`, as simulate's note says it): it is then
-    between the two largest values, about the maximum; ``""`` where every run has more."""
-    done = [int(n) for r in runs for t in tiers
-            if isinstance(n := r.get(f"{t}_completed"), int | float) and math.isfinite(n)]
-    fewest = min((n for n in done if n > 0), default=0)
-    if not 0 < fewest <= FEW_FOR_P99:
-        return ""
-    return (f" (a p99 over {FEW_FOR_P99} completed requests or fewer, here as few as "
-            f"{fewest:,} in a run, lies between the two largest values, about the maximum, "
-            "which one request moves)")
 
 
 def _plan_columns(spec: Any, df: Any, tiers: list[str], wide: bool

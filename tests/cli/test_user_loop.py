@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
-from kvbudget.cli.plan import _few_p99_said
+from kvbudget.cli.tables import few_in_runs_said
 from kvbudget.perf.fit_said import fit_said
 from kvbudget.results.recordings import read_recording
 
@@ -66,8 +66,8 @@ def test_plan_says_its_p99_rests_on_few_requests(tmp_path: Path, model: Path) ->
 def test_plan_says_nothing_of_few_requests_over_more_than_100() -> None:
     runs: list[dict[str, Any]] = [{"interactive_completed": 150, "batch_completed": 0},
             {"interactive_completed": 101.0, "batch_completed": float("nan")}]
-    assert _few_p99_said(runs, ["interactive", "batch"]) == ""
-    assert "as few as 100 in a run" in _few_p99_said(
+    assert few_in_runs_said(runs, ["interactive", "batch"]) == ""
+    assert "as few as 100 in a run" in few_in_runs_said(
         [*runs, {"interactive_completed": 100}], ["interactive"])
 
 
@@ -231,3 +231,19 @@ def test_a_simulated_runs_async_scheduling_is_the_recordings(tmp_path: Path,
     assert "async_scheduling (ASSUMED" not in said, said
     sim = json.loads((tmp_path / "v" / "sim" / "summary.json").read_text())
     assert sim["engine_knobs"]["async_scheduling"] is False
+
+
+def test_sweep_says_its_p99_rests_on_few_requests(tmp_path: Path, model: Path) -> None:
+    """sweep's table gave each configuration's mean p99 TTFT over runs of 20 requests with no
+    word of it, as plan's did."""
+    trace = tmp_path / "trace.csv"
+    invoke("trace", "convert", str(FIRST), "--out", str(trace))
+    out, _ = invoke("sweep", "--trace", str(trace), "--model", str(model), "--gpu", "H100-SXM",
+                    "--policies", "unlimited,conservative", "-j", "1", "--no-plot", "--out",
+                    str(tmp_path / "sweep"))
+    said = one_line(out)
+    assert ("ttft and tpot quantiles: each run's, over the completed requests (refused and "
+            "expired ones have none), TTFT from arrival at the gateway, its wait included (a "
+            "p99 over 100 completed requests or fewer, here as few as 20 in a run, lies between "
+            "the two largest values, about the maximum, which one request moves); out tok/s"
+            in said), said
