@@ -201,8 +201,10 @@ CalGpuOpt = Annotated[str | None, typer.Option(
     "--gpu", help="With --records: the recorded server's GPU (kvbudget presets); with --url, "
     "the server's, recorded in the cost file so that it is checked where it is used.")]
 BlocksOpt = Annotated[int | None, typer.Option(
-    "--num-gpu-blocks", help="With --records: the recorded server's KV blocks (default: "
-    "what the recording says, else computed for --gpu and --model).")]
+    "--num-gpu-blocks", help="With --records: the KV blocks the recorded server's engine could "
+    "allocate: vLLM's num_gpu_blocks_override, or its log's 'KV cache size' over the block "
+    "size, less the one block it keeps as its null block (default: what the recording says, "
+    "else computed for --gpu and --model).")]
 BlockSizeOpt = Annotated[int | None, typer.Option(
     "--block-size", help="With --records: tokens per KV block (default: the recording's "
     f"where it says one, else {BLOCK_SIZE}, vLLM's).")]

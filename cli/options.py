@@ -118,7 +118,9 @@ TRACE_OPTIONS: dict[str, tuple[Any, Any]] = {
 # name -> (annotation, default, [engine] key of the scenario)
 ENGINE_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "num_gpu_blocks": (Annotated[int | None, typer.Option(
-        "--num-gpu-blocks", help="KV blocks (default: the scenario's, else sized from the "
+        "--num-gpu-blocks", help="KV blocks the engine can allocate (a vLLM server's "
+        "num_gpu_blocks_override, or its log's 'KV cache size' over the block size, less the "
+        "one block it keeps as its null block; default: the scenario's, else sized from the "
         "GPU's memory as the --engine-defaults size it).",
         rich_help_panel=_E)], None, "num_gpu_blocks"),
     "block_size": (Annotated[int | None, typer.Option(

@@ -27,7 +27,13 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import QUANTILES_OVER, plus_minus, render, short_metric
+from kvbudget.cli.tables import (
+    QUANTILES_OVER,
+    few_in_runs_said,
+    plus_minus,
+    render,
+    short_metric,
+)
 from kvbudget.perf.hardware import get_gpu
 from kvbudget.results.said import fill
 from kvbudget.studies.executors import make_executor
@@ -331,7 +337,7 @@ def render_plan(result: Any, *, top: int | None = 10, wide: bool = False,
             + "; att = SLO attainment" + (" (all: every tier's requests)" if any(
                 m.startswith("overall_") for m in [*metrics, *(b for b, _ in bounds)]) else "")
             + f", ttft/tpot = p99 seconds (each run's, {QUANTILES_OVER}), mean ± half the "
-            "interval; 'no' rows: the largest replica "
+            "interval" + few_in_runs_said(result.runs, offered) + "; 'no' rows: the largest replica "
             "count tried still misses, so carrying the load costs more than the $/h shown ('>'), "
             "and no $/M tok is shown (plan.csv has what its tokens cost)."
             + ("" if wide or not keys else f" Policy values: {', '.join(keys)}."))

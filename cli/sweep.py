@@ -33,7 +33,7 @@ from kvbudget.cli.study_intervals import (
     span,
     study_replications,
 )
-from kvbudget.cli.tables import QUANTILES_OVER, render, short_metric
+from kvbudget.cli.tables import QUANTILES_OVER, few_in_runs_said, render, short_metric
 from kvbudget.results.said import WIDTH, figure, fill
 from kvbudget.studies.capacity import (
     BURST,
@@ -170,7 +170,9 @@ def sweep_cmd(
         points = summarize_points(table, metrics)
         points.to_csv(out / "points.csv", index=False)
         axis_cols = [a.key for a in axes if a.key != "policy"]
-        _print_points(points, axis_cols, metrics, wide=wide)
+        _print_points(points, axis_cols, metrics, wide=wide, few=few_in_runs_said(
+            table.to_dict(orient="records"),
+            [m.partition("_")[0] for m in metrics if "_p99_" in m]))
         written = [out / "sweep.parquet", out / "points.csv"]
         if plot:
             written += _sweep_plots(table, points, out, axis_cols=axis_cols, metrics=metrics,
@@ -245,8 +247,10 @@ def _sweep_with_bar(plan: SweepPlan, ex: "LocalExecutor | RayExecutor", out: Pat
 
 
 def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[str], *,
-                  wide: bool) -> None:
-    """The table of the configurations' means (short names unless ``wide``)."""
+                  wide: bool, few: str = "") -> None:
+    """The table of the configurations' means (short names unless ``wide``); ``few``: the
+    clause of :func:`~kvbudget.cli.tables.few_in_runs_said` where a run's p99 rests on few
+    requests."""
     if wide:
         headers = ["policy", *axis_cols, *[f"{m} (mean)" for m in metrics]]
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
@@ -257,7 +261,9 @@ def _print_points(points: "pd.DataFrame", axis_cols: list[str], metrics: list[st
         rows = [[_fmt(r.get(c)) for c in ["policy", *axis_cols]]
                 + [_fmt(r[f"{m}_mean"]) for m in metrics] for _, r in points.iterrows()]
         typer.echo(render(headers, rows, gap=1))
-    typer.echo(textwrap.fill(SWEEP_SAID if wide else SWEEP_SAID[:-1] + "; --wide: full names)",
+    said = SWEEP_SAID.replace(f"each run's, {QUANTILES_OVER}", f"each run's, {QUANTILES_OVER}"
+                              f"{few}", 1)
+    typer.echo(textwrap.fill(said if wide else said[:-1] + "; --wide: full names)",
                              WIDTH, subsequent_indent="  "))
 
 

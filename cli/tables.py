@@ -281,6 +281,22 @@ def few_completed_said(summaries: Sequence[dict[str, Any]]) -> str:
             "request moves")
 
 
+def few_in_runs_said(runs: Sequence[Mapping[Any, Any]], tiers: Sequence[str]) -> str:
+    """The clause of a study's note where a run's p99 of one of ``tiers`` (a runs table's
+    ``{tier}_completed``, ``overall`` for every tier's) rests on 100 completed requests or
+    fewer (:data:`~kvbudget.analysis.validation.FEW_FOR_P99`, as :func:`few_completed_said`
+    says it under simulate's table): it is then between the two largest values, about the
+    maximum; ``""`` where every run has more."""
+    done = [int(n) for r in runs for t in tiers
+            if isinstance(n := r.get(f"{t}_completed"), int | float) and math.isfinite(n)]
+    fewest = min((n for n in done if n > 0), default=0)
+    if not 0 < fewest <= FEW_FOR_P99:
+        return ""
+    return (f" (a p99 over {FEW_FOR_P99} completed requests or fewer, here as few as "
+            f"{fewest:,} in a run, lies between the two largest values, about the maximum, "
+            "which one request moves)")
+
+
 def render_summaries(summaries: Sequence[dict[str, Any]], wide: bool = False,
                      slo_targets: Mapping[str, tuple[float | None, ...]] | None = None,
                      conclusion: str | None = None, defaults: str | None = None) -> str:

@@ -56,6 +56,7 @@ from kvbudget.perf.cost_model import (
     model_from_config_block,
     read_cost_file,
 )
+from kvbudget.perf.fit_said import fit_said
 from kvbudget.perf.hardware import GPUS, GPUSpec
 from kvbudget.perf.models import ModelSpec, is_preset, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
@@ -290,7 +291,8 @@ def load_checked_cost_model(path: Path, target: FitTarget, *,
     it was fitted on (it cannot be checked)."""
     read = read_cost_file(path)  # validates the file, with messages naming the field
     checked = _load_checked(read, target, transfer)
-    return replace(checked, warnings=warned_said(path, read.warned))
+    return replace(checked, warnings=warned_said(path, read.warned),
+                   notes=checked.notes + fit_said(path, read.payload))
 
 
 def warned_said(path: Path, warned: tuple[str, ...]) -> tuple[str, ...]:

@@ -479,7 +479,7 @@ def _check_too_fast(path: Path, names: Mapping[str, str], e2e: FloatArray,
 
 
 RUN_ENGINE_KNOBS = ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens",
-                    "enable_prefix_caching")
+                    "enable_prefix_caching", "async_scheduling")
 """What a simulated run's ``summary.json`` ``engine_knobs`` say of its engine that a replay
 of it must keep (its KV blocks are ``num_gpu_blocks``): a TP4 run replayed at TP1 is another
 server."""

@@ -1052,7 +1052,11 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     run's result (vLLM ``vllm/benchmarks/sweep/serve.py``, ``_update_run_data``), under the
     name the params file gave (``max_num_seqs`` or ``max-num-seqs``: ``param_sweep.py`` takes
     either). Only the serve overrides are there, not the ``--serve-cmd``'s own flags. Returns
-    the config keys read and a note on the ones kvbudget does not take."""
+    the config keys read and a note on the ones kvbudget does not take. The blocks an engine
+    can allocate are ``num_gpu_blocks_override`` less one: vLLM v1's block pool keeps one as
+    its null block (``vllm/v1/core/block_pool.py``, ``self.null_block =
+    self.free_block_queue.popleft()``), as a replay's server's blocks are read
+    (:func:`kvbudget.results.recorded_records.server_config`)."""
     if not isinstance(doc.get("run_number"), int) or isinstance(doc.get("run_number"), bool):
         return {}, None
     found: dict[str, Any] = {}
@@ -1061,6 +1065,9 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
             value = doc.get(spelled)
             if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
                 found[key] = value
+    null = isinstance(found.get("num_gpu_blocks"), int) and found["num_gpu_blocks"] >= 2
+    if null:  # vLLM v1's block pool keeps one of them as its null block, never allocated
+        found["num_gpu_blocks"] -= 1  # (vllm/v1/core/block_pool.py); the simulator has none
     dp = next((doc[k] for k in ("data_parallel_size", "data-parallel-size") if k in doc), None)
     if isinstance(dp, int) and not isinstance(dp, bool) and dp >= 2:
         # that many engines, each its own scheduler and blocks (--num-gpu-blocks-override is
@@ -1073,8 +1080,10 @@ def sweep_server(doc: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     gmu = other.get("gpu_memory_utilization")
     said = (f"a vllm bench sweep serve run (run_number {doc['run_number']}); "
             + (f"its server settings from the file: "
-               f"{', '.join(f'{k}={v}' for k, v in found.items())}" if found
-               else "the file carries no server setting kvbudget takes")
+               f"{', '.join(f'{k}={v}' for k, v in found.items())}"
+               + (f" (its num_gpu_blocks_override {found['num_gpu_blocks'] + 1} less the one "
+                  "block vLLM v1 keeps as its null block, never allocated)" if null else "")
+               if found else "the file carries no server setting kvbudget takes")
             + (f"; the sweep also set {', '.join(f'{k}={v}' for k, v in other.items())}, "
                "which kvbudget does not take from the file"
                + (f" (pass --set engine.gpu_memory_utilization={gmu})" if gmu is not None

@@ -331,8 +331,11 @@ class RecordedCalibration:
                 if math.isfinite(float(r[INTERVAL_COLUMNS[0]]))}
 
     def to_json_extra(self, recording: Recording, config: SimConfig, *,
-                      policy: str, holdout: float | None = None) -> dict[str, Any]:
-        """Provenance for the cost-model file: what it was fitted on and its in-sample error."""
+                      policy: str, holdout: float | None = None,
+                      held_out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Provenance for the cost-model file: what it was fitted on, its in-sample error and,
+        with ``holdout``, what the held-out check found (``held_out``:
+        :func:`held_out_block`; None until it has run)."""
         engine = dataclasses.asdict(config.engine)
         return {
             **fitted_on_extra(self.model, config.fit_target(),
@@ -369,6 +372,7 @@ class RecordedCalibration:
                 "warnings": self.warnings(),
                 "first_token": self.first_token(config),
                 "in_sample_error": self.in_sample_errors(),
+                "held_out": held_out,
                 "uncertainty": (None if self.uncertainty is None
                                 else self.uncertainty.to_json()),
                 "predicted_95": self.predicted_intervals(),
@@ -397,9 +401,19 @@ class RecordedCalibration:
         }
 
     def save(self, path: Path, recording: Recording, config: SimConfig, *, policy: str,
-             holdout: float | None = None) -> None:
+             holdout: float | None = None, held_out: dict[str, Any] | None = None) -> None:
         save_cost_model(self.model, path, extra=self.to_json_extra(
-            recording, config, policy=policy, holdout=holdout))
+            recording, config, policy=policy, holdout=holdout, held_out=held_out))
+
+
+def held_out_block(table: pd.DataFrame, num_requests: int, fraction: float) -> dict[str, Any]:
+    """What a held-out check found, for the cost file's ``calibration.held_out``: the part held
+    out (the last ``fraction`` of the recording), the ``num_requests`` compared and each figure's
+    signed relative error over them (stage ``all`` of ``table``, the validation's)."""
+    sub = table[table["stage"] == OVERALL]
+    return {"fraction": fraction, "num_requests": num_requests,
+            "error": {str(m): (float(e) if math.isfinite(float(e)) else None)
+                      for m, e in zip(sub["metric"], sub["rel_error"], strict=True)}}
 
 
 class _Trials:

@@ -319,5 +319,5 @@ def test_calibrate_and_validate_server_limits_say_their_default(command: str,
     assert (knobs["max_num_seqs"], knobs["max_num_batched_tokens"]) == (hopper[1], hopper[0])
     assert (summary["block_size"], knobs["tensor_parallel_size"]) == (BLOCK_SIZE, 1)
     said = " ".join((stdout + stderr).split())
-    assert "max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching " \
-        "(ASSUMED: vLLM's defaults for the GPU and model" in said, said
+    assert "max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching, " \
+        "async_scheduling (ASSUMED: vLLM's defaults for the GPU and model" in said, said

@@ -149,7 +149,7 @@ def test_a_fleet_of_urls_is_simulated_as_replicas(tmp_path: Path,
                            policy=None, params=None)
     fleet = setup.config.fleet
     assert fleet is not None and (fleet.num_replicas, fleet.router) == (2, "round_robin")
-    settings = capsys.readouterr().err
+    settings = " ".join(capsys.readouterr().err.split())  # as wrapped
     assert 'from the recording: fleet.num_replicas=2, fleet.router="round_robin"' in settings
 
 

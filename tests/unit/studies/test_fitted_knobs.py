@@ -63,7 +63,8 @@ def test_validate_takes_the_fits_knobs_where_nothing_sets_them(cost: Path,
     # here sets it, what sets another); the note said them again above it
     assert (f"max_num_seqs 64 (the fit's in the cost file {cost}: nothing here sets it; a "
             "flag, --set engine.KNOB=VALUE or a scenario's [engine] table sets another), "
-            "max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching (ASSUMED: vLLM's "
+            "max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching, async_scheduling "
+            "(ASSUMED: vLLM's "
             "defaults for the GPU and model") in err
     assert "engine knobs from the cost file's fit" not in err
     assert err.count("64 (the fit's") == 1 and err.count("nothing here sets") == 1, err

@@ -397,13 +397,13 @@ def test_engine_knobs_no_file_says_are_said_as_assumed(tmp_path: Path) -> None:
     path = _bench(tmp_path / "b.json", "meta-llama/Llama-3.1-8B-Instruct")
     code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v", "--gpu", "H100")
     assert code == 0, err
-    assert ("max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching "
-            "(ASSUMED: vLLM's defaults for the GPU and model, the KV blocks from the GPU's "
+    assert ("max_num_seqs, max_num_batched_tokens, num_gpu_blocks, enable_prefix_caching, "
+            "async_scheduling (ASSUMED: vLLM's defaults for the GPU and model, the KV blocks from the GPU's "
             "memory; the recording does not say what the server ran") in err
     code, _, err = _run("validate", "--records", path, "--out", tmp_path / "v2", "--gpu", "H100",
                         "--max-num-seqs", "64", "--num-gpu-blocks", "5000")
     assert code == 0, err
-    assert ", max_num_batched_tokens, enable_prefix_caching (ASSUMED" in err
+    assert ", max_num_batched_tokens, enable_prefix_caching, async_scheduling (ASSUMED" in err
     assert "the KV blocks from the GPU's memory" not in err
 
 
@@ -441,7 +441,7 @@ def test_what_a_replayed_server_told_is_simulated_and_said(tmp_path: Path) -> No
             "'/models/llama8b' under; pass --model if it loaded another)") in err
     assert ("from the recording: num_gpu_blocks=2000, block_size=16, "
             "enable_prefix_caching=false, max_model_len=4096, kv_cache_dtype=\"fp8\"") in err
-    assert "max_num_seqs, max_num_batched_tokens (ASSUMED" in err
+    assert "max_num_seqs, max_num_batched_tokens, async_scheduling (ASSUMED" in err
     assert "num_gpu_blocks=2000 block_size=16" in out and "prefix_caching=False" in out
 
 
@@ -485,7 +485,7 @@ def test_a_serve_directory_s_budget_is_no_engine_s_kv(servers: list[dict[str, ob
                           tmp_path / "v", "--gpu", "H100")
     assert code == 0, err
     assert "num_gpu_blocks=4000" not in err and "num_gpu_blocks=4000" not in out
-    assert "num_gpu_blocks, enable_prefix_caching (ASSUMED" in err, err
+    assert "num_gpu_blocks, enable_prefix_caching, async_scheduling (ASSUMED" in err, err
 
 
 def test_a_replay_s_given_capacity_is_no_engine_s_kv(tmp_path: Path) -> None:
@@ -501,7 +501,8 @@ def test_a_replay_s_given_capacity_is_no_engine_s_kv(tmp_path: Path) -> None:
                             "--gpu", "H100")
         assert code == 0, err
         assert ("from the recording: num_gpu_blocks=2000" in err) == blocks, err
-        assert ("num_gpu_blocks, enable_prefix_caching (ASSUMED" in err) == (not blocks), err
+        assert ("num_gpu_blocks, enable_prefix_caching, async_scheduling (ASSUMED"
+                in err) == (not blocks), err
 
 
 DP2 = (Path(__file__).parents[2] / "fixtures" / "recordings" / "handmade"

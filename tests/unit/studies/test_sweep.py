@@ -345,7 +345,11 @@ def test_cli_sweep_writes_the_table_and_resumes(tmp_path: Path) -> None:
     said = " ".join(res.stdout.split())
     assert ("(means over the replications; times in seconds; ttft and tpot quantiles: each "
             "run's, over the completed requests (refused and expired ones have none), TTFT from "
-            "arrival at the gateway, its wait included; out tok/s") in said
+            "arrival at the gateway, its wait included (a p99 over 100 completed requests or "
+            "fewer, here as few as ") in said
+    # the interactive tier's share of 120 requests: its p99 is about its maximum, said
+    assert ("in a run, lies between the two largest values, about the maximum, which one "
+            "request moves); out tok/s") in said
     assert "offered req/s (offered_rate_rps): requests over the arrival window" in said
     df = pd.read_parquet(out / "sweep.parquet")
     assert len(df) == 3 * 2 * 2
