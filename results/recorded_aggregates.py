@@ -415,11 +415,30 @@ def _runs_said(items: list[Mapping[str, Any]]) -> str | None:
     2d2a4d9 ``results/2026-09-24-review/campaign/*/04-bench-decode.summary.json``, each
     object's ``median_decode_tok_s``, ``median_ms_per_step`` and ``ttft_s_p50`` at one phase
     and concurrency, which kvbudget said "holds 2 per-request result(s)"); None otherwise, as
-    for JSON lines (:func:`aggregate_line_refusal`)."""
-    summaries = [[k for k in map(str, item) if _summarises(k)] for item in items[:8]]
+    for JSON lines (:func:`aggregate_line_refusal`). The keys are looked for in the objects
+    each one holds too, :data:`NESTED_STATS` deep (:func:`_summary_keys`)."""
+    summaries = [_summary_keys(item) for item in items[:8]]
     if any(len(keys) < 2 for keys in summaries):
         return None
     return _said(summaries[0])
+
+
+def _summary_keys(item: Mapping[str, Any]) -> list[str]:
+    """The keys of ``item`` that name a summary over requests (:func:`_summarises`), and those
+    of the objects it holds, :data:`NESTED_STATS` deep, each with where it is (the shallower
+    first), as :func:`aggregate_object_refusal` looks for statistics: a harness that runs
+    ``vllm bench serve`` keeps the figures it printed under each run's ``metrics``
+    (github.com/jasl/vllm-ds4-sm120-harness c911a0e ``ds4_harness/cli.py`` lines 1441-1449,
+    ``row = {"concurrency", "ok", "detail", "metrics", "command", ...}``, the metrics parsed
+    from the console by ``ds4_harness/bench.py`` lines 10-32: ``mean_ttft_ms``,
+    ``p99_ttft_ms``...), a run a list's item, which kvbudget called a JSON list it "cannot tell
+    the recording format" of."""
+    keys: list[str] = []
+    level: list[tuple[str, Mapping[str, Any]]] = [("", item)]
+    for _ in range(NESTED_STATS):
+        keys += [f"{where}{k}" for where, obj in level for k in map(str, obj) if _summarises(k)]
+        level = [found for where, obj in level for found in _first_objects(where, obj)]
+    return keys
 
 
 def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:

@@ -59,6 +59,7 @@ TOOL_WORDS: dict[str, tuple[str, ...]] = {
     "vllm-otel": ("vllm",),
     # published excerpts: what wrote each (tests/fixtures/recordings/published/README.md)
     "dstack-vllm": ("vllm bench serve",),
+    "ds4-harness": ("vllm bench serve",),  # a harness's runs of it: its figures only
     "guidellm-bench-gpt-oss-20b-server-log": ("vllm server log",),
     "inference-perf-otel": ("inference-perf",),
     "inference-sim": ("guidellm",),  # inference-sim's GuideLLM reports
