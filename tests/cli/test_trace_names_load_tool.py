@@ -286,6 +286,49 @@ def test_figures_of_no_tool_are_said_to_hold_no_request(tmp_path: Path) -> None:
     assert RECORDING_HINT not in flat(stderr)
 
 
+TABLES_OF_RUNS: dict[str, str] = {
+    # a harness's llama-bench runs, one row a model and depth, shaped as github.com/ryanilano/
+    # localai-16gb-bench-results 7033c75 results/2026-07-01_202112-debian-llm/throughput.csv
+    # (no licence found: its header reproduced, the figures made up here)
+    "throughput.csv": (
+        "label,quant,type,depth,pp_tok_s,tg_tok_s,vram_peak_mib,ram_used_peak_mib,status\n"
+        "27B,IQ4_XS,dense,0,1400.5,36.2,15032,594,OK\n"
+        "27B,IQ4_XS,dense,4096,1390.1,35.4,15172,903,OK\n"
+    ),
+    # a harness's runs one a line (github.com/LottoLottoLotto/4x3090-llm-benchmarks bd22281
+    # data/benchmarks.jsonl's shape: a run's percentiles beside its configured prompt_tokens)
+    "runs.jsonl": (
+        '{"model": "m", "req_s": 1.2, "ttft_p50_ms": 100, "ttft_p99_ms": 200, '
+        '"prompt_tokens": 512}\n'
+        '{"model": "m", "req_s": 2.2, "ttft_p50_ms": 110, "ttft_p99_ms": 230, '
+        '"prompt_tokens": 512}\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLES_OF_RUNS))
+def test_a_table_of_runs_is_said_to_hold_no_request(tmp_path: Path, name: str) -> None:
+    """Hand-made tables of runs' figures, a row (or a line) a run: validate --records refused
+    them as aggregate figures, but where a trace was asked for the trace loader said it could
+    not "tell the trace format from the header" (CSV) and to "pass a format", or to map the
+    missing output_tokens column (--column output_tokens=COLUMN, JSON lines) in a file of
+    figures. Every command that takes a trace now says what validate --records says."""
+    path = tmp_path / name
+    path.write_text(TABLES_OF_RUNS[name])
+    with pytest.raises(TraceError) as records:
+        read_recording(path)
+    assert records.value.problem.startswith("holds aggregate figures, one ")
+    for args in (
+        ["simulate", "--trace", path],
+        ["trace", "stats", path],
+        ["simulate", "--scenario", _scenario(tmp_path, path)],
+    ):
+        code, _, stderr = run(*args)
+        assert code == 2, stderr
+        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
+        assert "--column" not in stderr and "pass a format" not in stderr
+
+
 def test_a_trace_that_is_also_a_recording_reads_as_a_trace(tmp_path: Path) -> None:
     """Hand-made: send times, token counts and measured times: the generic trace format reads
     it (its ttft_s and e2e_s unused), and validate --records reads it as records."""
