@@ -18,6 +18,18 @@ One of them (pytorch-integration-testing 06dce126, ``vllm-benchmarks/benchmarks/
 hpu.json``) given to ``validate --records`` was told "cannot tell the recording format (a JSON
 list that is not inference-perf's per_request_lifecycle_metrics.json)", and ``trace convert``
 sent it to ``validate --records`` as a load tool's result.
+
+vllm-project/tpu-inference's TPU benchmarks keep theirs as ``{"global_env": {...},
+"benchmark_cases": [{"case_name", "env", "server_command_options": {"command_type":
+"vllm_serve", "args": {...}}, "client_command_options": {"command_type": "vllm_bench_serve",
+"args": {...}}}]}`` (``.buildkite/benchmark/cases/``): ``.buildkite/benchmark/scripts/
+parser_case.py`` (at 019afc23, ``main()``'s ``data.get("benchmark_cases")``) builds each
+command from its ``command_type`` (``CMD_MAP``, lines 20-25) and its ``args``, a true flag as
+``--key`` (``build_command``, lines 94-110), and ``run_bm.sh`` (at 00d41e3c, ``run_benchmark()``)
+writes what ``vllm bench serve`` printed to ``temp_logs/bm_log.txt`` and reads its request
+throughput and P99 E2EL from it: no file of requests unless the case's client args ask it. One
+of them (``cases/daily/gpt_oss_120b.json``) was told "cannot tell the recording format (a
+JSON object of none of the known tools ...); pass a format", which none fits.
 """
 
 from __future__ import annotations
@@ -40,9 +52,45 @@ def _tests(doc: Any) -> list[Mapping[str, Any]]:
     return tests
 
 
+def _tpu_cases(doc: Any) -> list[Mapping[str, Any]]:
+    """tpu-inference's benchmark cases ``doc`` lists (its ``benchmark_cases``, each a mapping
+    with a ``case_name`` and a server's or client's ``command_type``); empty for anything else."""
+    cases = doc.get("benchmark_cases") if isinstance(doc, Mapping) else None
+    if not isinstance(cases, list) or not cases:
+        return []
+    if not all(
+        isinstance(c, Mapping)
+        and isinstance(c.get("case_name"), str)
+        and any(
+            isinstance(c.get(side), Mapping) and "command_type" in c[side]
+            for side in ("server_command_options", "client_command_options")
+        )
+        for c in cases
+    ):
+        return []
+    return cases
+
+
+def _tpu_plan_refusal(cases: list[Mapping[str, Any]]) -> str:
+    names = ", ".join(str(c["case_name"]) for c in cases[:3]) + (", ..." if len(cases) > 3 else "")
+    return (
+        f"is a list of tpu-inference's benchmark cases, what its .buildkite/benchmark/scripts/"
+        f"run_bm.sh runs through parser_case.py ({len(cases)}: {names}): each case's vllm serve "
+        "and vllm bench serve arguments, settings, no result; run_bm.sh keeps what vllm bench "
+        "serve printed (temp_logs/bm_log.txt, aggregates only): to replay a case, run it with "
+        '"save-result": true and "save-detailed": true in its client_command_options args '
+        "(passed as --save-result --save-detailed) and pass the JSON vllm bench serve writes, "
+        "which lists each request"
+    )
+
+
 def benchmark_plan_refusal(doc: Any) -> str | None:
-    """Why a file of vLLM's performance-benchmark test definitions is no recording (settings to
-    run, no result), naming the result files its script writes; None for anything else."""
+    """Why a file of vLLM's performance-benchmark test definitions (or tpu-inference's benchmark
+    cases) is no recording (settings to run, no result), naming the result files its script
+    writes; None for anything else."""
+    cases = _tpu_cases(doc)
+    if cases:
+        return _tpu_plan_refusal(cases)
     tests = _tests(doc)
     defaults = doc.get("defaults") if isinstance(doc, Mapping) else None
     keys = set(defaults) if isinstance(defaults, Mapping) else set()

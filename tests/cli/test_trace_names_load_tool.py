@@ -67,6 +67,7 @@ TOOL_WORDS: dict[str, tuple[str, ...]] = {
     "llm-load-test": ("llm-load-test",),
     "mist-llmservingsim": ("llmservingsim",),
     "mist-vidur": ("vidur",),
+    "tpu-inference": ("tpu-inference",),  # its benchmark cases: settings, no result
 }
 
 

@@ -96,3 +96,35 @@ def test_other_lists_named_by_test_are_not_plans(tmp_path: Path) -> None:
     path = tmp_path / "cases.json"
     path.write_text(json.dumps([{"test_name": "a", "score": 1}]))
     assert "performance-benchmark" not in refusal(path)
+
+
+TPU_CASES = (
+    Path(__file__).parents[2]
+    / "fixtures"
+    / "recordings"
+    / "published"
+    / "tpu-inference-gpt-oss-120b-cases-excerpt.json"
+)
+"""vllm-project/tpu-inference's ``.buildkite/benchmark/cases/daily/gpt_oss_120b.json`` (Apache-2.0),
+its ``global_env`` and 2 of its 5 cases (tests/fixtures/recordings/published/README.md): each a
+``vllm serve`` and a ``vllm bench serve`` command's arguments, which its run_bm.sh runs."""
+
+
+def test_tpu_inferences_benchmark_cases_are_named() -> None:
+    # it was told "cannot tell the recording format (a JSON object of none of the known tools
+    # nor a record of the generic format); pass a format", which none fits
+    said = refusal(TPU_CASES)
+    assert said.startswith(f"{TPU_CASES}: is a list of tpu-inference's benchmark cases"), said
+    assert "(2: gpt-oss-120b-dataset_random-inlen_1024-outlen_8192-C1, " in said
+    assert "temp_logs/bm_log.txt, aggregates only" in said
+    assert '"save-result": true and "save-detailed": true' in said
+    assert "pass a format" not in said
+    with pytest.raises(TraceError, match="tpu-inference's benchmark cases"):
+        detect_recording_format(TPU_CASES, usage="kvbudget trace convert {} --out t.csv")
+
+
+def test_other_lists_of_cases_are_not_tpu_plans(tmp_path: Path) -> None:
+    # named cases with no command of a server or client: no plan of tpu-inference's
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({"benchmark_cases": [{"case_name": "a", "score": 1}]}))
+    assert "tpu-inference" not in refusal(path)
