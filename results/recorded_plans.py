@@ -19,6 +19,17 @@ hpu.json``) given to ``validate --records`` was told "cannot tell the recording 
 list that is not inference-perf's per_request_lifecycle_metrics.json)", and ``trace convert``
 sent it to ``validate --records`` as a load tool's result.
 
+vLLM's nightly comparison of engines (``.buildkite/nightly-benchmarks/scripts/run-nightly-
+benchmarks.sh`` at c0efaf9f) keeps two more: ``nightly-tests.json``, tests of
+``{"test_name", "qps_list", "common_parameters", "<engine>_server_parameters",
+"<engine>_client_parameters"}`` that ``run_serving_tests`` runs against the container's engine
+(vLLM, SGLang, TGI, TensorRT-LLM or lmdeploy) with ``vllm bench serve --save-result --result-dir
+results/ --result-filename <engine>_<test_name>_qps_<qps>.json``, and ``genai-perf-tests.json``,
+whose tests (``genai_perf_input_parameters``) ``run_genai_perf_tests`` runs with ``genai-perf
+profile`` and no output folder, its ``artifacts/`` then moved into ``results/``. Both were said
+to be what run-performance-benchmarks.sh runs, the second as if it saved vllm bench serve
+results (github.com/ddps-lab/vllm-disaggregation 6007776, a fork that keeps both files).
+
 vllm-project/tpu-inference's TPU benchmarks keep theirs as ``{"global_env": {...},
 "benchmark_cases": [{"case_name", "env", "server_command_options": {"command_type":
 "vllm_serve", "args": {...}}, "client_command_options": {"command_type": "vllm_bench_serve",
@@ -100,6 +111,8 @@ def benchmark_plan_refusal(doc: Any) -> str | None:
     if not tests or not (serving or keys & _OFFLINE_KEYS):
         return None
     names = ", ".join(str(t["test_name"]) for t in tests[:3]) + (", ..." if len(tests) > 3 else "")
+    if "common_parameters" in keys:  # run-nightly-benchmarks.sh's, each engine's parameters
+        return _nightly_refusal(f"({len(tests)}: {names})", "genai_perf_input_parameters" in keys)
     plan = (
         f"is a list of vLLM's performance-benchmark tests, what its .buildkite/performance-"
         f"benchmarks/scripts/run-performance-benchmarks.sh runs ({len(tests)}: {names}): "
@@ -116,4 +129,24 @@ def benchmark_plan_refusal(doc: Any) -> str | None:
         "its latency and throughput tests run the engine offline (vllm bench latency or "
         "throughput --output-json <test_name>.json), no request sent to a server, so no load "
         "to replay; record a served run (vllm bench serve --save-result --save-detailed)"
+    )
+
+
+def _nightly_refusal(listed: str, genai_perf: bool) -> str:
+    plan = (
+        f"is a list of vLLM's nightly benchmark tests, what its .buildkite/nightly-benchmarks/"
+        f"scripts/run-nightly-benchmarks.sh runs {listed}: settings, no result; "
+    )
+    if genai_perf:
+        return plan + (
+            "it runs these with genai-perf profile (no vllm bench serve), whose artifacts it "
+            "moves into results/artifacts/: genai-perf's files keep no token count a request "
+            "(its profile_export.json: timestamps and text); record the load with vllm bench "
+            "serve --save-result --save-detailed or AIPerf (profile_export.jsonl) instead"
+        )
+    return plan + (
+        "it saves each run's vllm bench serve result, against whichever engine the container "
+        "serves (vLLM, SGLang, TGI, TensorRT-LLM, lmdeploy), as <engine>_<test_name>_qps_<qps>"
+        ".json in results/, without --save-detailed unless the test's <engine>_client_parameters "
+        'ask it ("save_detailed": ""): pass one saved so, which lists each request'
     )
