@@ -557,6 +557,12 @@ def unsent_records_refusal(keys: list[str], unit: str) -> str | None:
     return f"holds per-request results, one a {unit}, in a layout of no tool kvbudget reads ({said}"
 
 
+NO_SEND_TIME = ", with no send time among their keys, which kvbudget needs to replay them"
+"""How a refusal of request objects of no tool says they lack a send time (:func:`_requests_said`):
+no trace can be made of them either (``results/recording_named.py`` says it where a trace is
+asked for)."""
+
+
 def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
     """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
     whether one may be a send time, then what to write), closing the parenthesis its caller
@@ -569,11 +575,7 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
     shown = timed + [k for k in keys if k not in timed]  # the times first
     return (
         f"{_said(shown)})"
-        + (
-            ""
-            if sent
-            else ", with no send time among their keys, which kvbudget needs to replay them"
-        )
+        + ("" if sent else NO_SEND_TIME)
         + ": write them as the generic records format (arrival_s, prompt_tokens, "
         "output_tokens, ttft_s, e2e_s; docs/recordings.md"
         + (

@@ -15,7 +15,9 @@ the ``recorded_*`` readers, which name every known tool's file) says which tool'
   --records F``, ``calibrate --records``, ``trace convert F --out T.csv`` for a trace);
 - a tool's file of aggregates (or a console, a server log): the reader's own refusal, which
   names the file to pass instead; so too a table of runs' figures of no tool (a CSV or JSON
-  lines file, a row or line a run), which ``validate --records`` refuses as aggregate figures;
+  lines file, a row or line a run), which ``validate --records`` refuses as aggregate figures,
+  and request objects of no tool with no send time among their keys (a harness's answers, each
+  its elapsed time and usage), which no trace can be made of either;
 - a file the recordings' reader cannot name either (:class:`~kvbudget.workloads.errors.
   UnknownFileError`: an unknown JSON, an empty file): None, and the trace loader's line stands.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvbudget.results.recorded_aggregates import NO_SEND_TIME
 from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import DB_NAME, is_evalscope_db
 from kvbudget.results.recorded_genai_bench import METADATA
@@ -156,8 +159,8 @@ def recording_named(path: str | Path) -> str | None:
             )
             return _refused(path, said) if said else _aggregates_said(path)
     except UnknownFileError as unknown:  # no tool's file this reader knows: its folder may be one's
-        if unknown.problem.startswith(NO_REQUEST_SAID):  # it holds figures or settings only
-            return _refused(path, unknown.problem)
+        if unknown.problem.startswith(NO_REQUEST_SAID) or NO_SEND_TIME in unknown.problem:
+            return _refused(path, unknown.problem)  # figures or settings, or requests never sent
         try:
             return _folder_named(path) if path.is_file() else None
         except (OSError, ValueError, LookupError, RecursionError):  # TraceError included

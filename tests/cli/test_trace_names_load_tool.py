@@ -19,6 +19,7 @@ are no tool's file keep the trace loader's line.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -328,6 +329,39 @@ def test_a_table_of_runs_is_said_to_hold_no_request(tmp_path: Path, name: str) -
         assert code == 2, stderr
         assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
         assert "--column" not in stderr and "pass a format" not in stderr
+
+
+def test_requests_never_timed_from_a_send_are_said_to_be_so(tmp_path: Path) -> None:
+    """Hand-made: a harness's answers, each its elapsed time and usage and no send time (the
+    shape of github.com/jasl/vllm-ds4-sm120-harness f1d2b24 ``baselines/20260502_b200_tp4_main_
+    5737770c6/generation/mtp.json``, its answers checked for quality). validate --records said they hold
+    per-request results with no send time; where a trace was asked for, the trace loader said
+    "is a JSON array, not a trace ... a dataset of conversations (ShareGPT's) holds text: count
+    its tokens", which they are not. Every command that takes a trace now says what validate
+    --records says."""
+    path = tmp_path / "mtp.json"
+    answers = [
+        {
+            "case": f"c{i}",
+            "elapsed_seconds": 20.4 + i,
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 74, "completion_tokens": 5097, "total_tokens": 5171},
+        }
+        for i in range(3)
+    ]
+    path.write_text(json.dumps(answers, indent=2))
+    with pytest.raises(TraceError) as records:
+        read_recording(path)
+    assert "with no send time among their keys" in records.value.problem
+    for args in (
+        ["simulate", "--trace", path],
+        ["trace", "stats", path],
+        ["simulate", "--scenario", _scenario(tmp_path, path)],
+    ):
+        code, _, stderr = run(*args)
+        assert code == 2, stderr
+        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
+        assert "dataset of conversations" not in stderr
 
 
 def test_a_trace_that_is_also_a_recording_reads_as_a_trace(tmp_path: Path) -> None:
