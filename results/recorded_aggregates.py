@@ -415,11 +415,30 @@ def _runs_said(items: list[Mapping[str, Any]]) -> str | None:
     2d2a4d9 ``results/2026-09-24-review/campaign/*/04-bench-decode.summary.json``, each
     object's ``median_decode_tok_s``, ``median_ms_per_step`` and ``ttft_s_p50`` at one phase
     and concurrency, which kvbudget said "holds 2 per-request result(s)"); None otherwise, as
-    for JSON lines (:func:`aggregate_line_refusal`)."""
-    summaries = [[k for k in map(str, item) if _summarises(k)] for item in items[:8]]
+    for JSON lines (:func:`aggregate_line_refusal`). The keys are looked for in the objects
+    each one holds too, :data:`NESTED_STATS` deep (:func:`_summary_keys`)."""
+    summaries = [_summary_keys(item) for item in items[:8]]
     if any(len(keys) < 2 for keys in summaries):
         return None
     return _said(summaries[0])
+
+
+def _summary_keys(item: Mapping[str, Any]) -> list[str]:
+    """The keys of ``item`` that name a summary over requests (:func:`_summarises`), and those
+    of the objects it holds, :data:`NESTED_STATS` deep, each with where it is (the shallower
+    first), as :func:`aggregate_object_refusal` looks for statistics: a harness that runs
+    ``vllm bench serve`` keeps the figures it printed under each run's ``metrics``
+    (github.com/jasl/vllm-ds4-sm120-harness c911a0e ``ds4_harness/cli.py`` lines 1441-1449,
+    ``row = {"concurrency", "ok", "detail", "metrics", "command", ...}``, the metrics parsed
+    from the console by ``ds4_harness/bench.py`` lines 10-32: ``mean_ttft_ms``,
+    ``p99_ttft_ms``...), a run a list's item, which kvbudget called a JSON list it "cannot tell
+    the recording format" of."""
+    keys: list[str] = []
+    level: list[tuple[str, Mapping[str, Any]]] = [("", item)]
+    for _ in range(NESTED_STATS):
+        keys += [f"{where}{k}" for where, obj in level for k in map(str, obj) if _summarises(k)]
+        level = [found for where, obj in level for found in _first_objects(where, obj)]
+    return keys
 
 
 def _summary_ahead(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
@@ -538,6 +557,12 @@ def unsent_records_refusal(keys: list[str], unit: str) -> str | None:
     return f"holds per-request results, one a {unit}, in a layout of no tool kvbudget reads ({said}"
 
 
+NO_SEND_TIME = ", with no send time among their keys, which kvbudget needs to replay them"
+"""How a refusal of request objects of no tool says they lack a send time (:func:`_requests_said`):
+no trace can be made of them either (``results/recording_named.py`` says it where a trace is
+asked for)."""
+
+
 def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str | None:
     """The rest of the refusal of request objects with ``keys`` (their timed keys first, then
     whether one may be a send time, then what to write), closing the parenthesis its caller
@@ -550,11 +575,7 @@ def _requests_said(keys: list[str], timed_among: list[str] | None = None) -> str
     shown = timed + [k for k in keys if k not in timed]  # the times first
     return (
         f"{_said(shown)})"
-        + (
-            ""
-            if sent
-            else ", with no send time among their keys, which kvbudget needs to replay them"
-        )
+        + ("" if sent else NO_SEND_TIME)
         + ": write them as the generic records format (arrival_s, prompt_tokens, "
         "output_tokens, ttft_s, e2e_s; docs/recordings.md"
         + (

@@ -803,10 +803,29 @@ def bench_console_refusal(head: bytes, path: Path | None = None) -> str | None:
         "is a serving benchmark's console output (vllm bench serve, or SGLang's or "
         "TensorRT-LLM's benchmark_serving, as printed"
         + (f": {', '.join(said)}" if said else "")
-        + "): its settings and summary, no request; rerun it with --save-result "
-        "--save-detailed (SGLang's bench_serving: --output-file F --output-details) and "
-        "pass the JSON it writes (docs/recordings.md)"
+        + "): its settings and summary, no request; "
+        + (
+            _BEFORE_SAVE_DETAILED
+            if re.search(rb"\bNamespace\([^\n]*\bsave_result=", head)
+            and b"save_detailed=" not in head
+            else "rerun it with --save-result --save-detailed (SGLang's bench_serving: "
+            "--output-file F --output-details) and pass the JSON it writes (docs/recordings.md)"
+        )
     )
+
+
+_BEFORE_SAVE_DETAILED = (
+    "rerun it with --save-result and pass the JSON it writes (docs/recordings.md): the "
+    "arguments it echoes (Namespace(... save_result=...)) have no save_detailed: a "
+    "benchmark_serving.py from before vLLM PR #14879 (16 March 2025), or a copy of one, whose "
+    "--save-result saved each request itself (it would refuse --save-detailed, which came "
+    "with that PR)"
+)
+"""What a console of ``benchmark_serving.py`` from before ``--save-detailed`` is told: its
+echoed arguments (``print(args)``, a ``Namespace(...)`` with ``save_result`` and no
+``save_detailed``) show the script had no such flag (github.com/BennielAllan/benchmark aed2fec
+``ppio/reasoning_result.txt``, a fork's ``bench_serve.py``, was told to rerun with
+``--save-result --save-detailed``)."""
 
 
 _LLMPERF_CONSOLE = (

@@ -14,7 +14,10 @@ the ``recorded_*`` readers, which name every known tool's file) says which tool'
   is and how many requests it holds, and the commands that read it (``kvbudget validate
   --records F``, ``calibrate --records``, ``trace convert F --out T.csv`` for a trace);
 - a tool's file of aggregates (or a console, a server log): the reader's own refusal, which
-  names the file to pass instead;
+  names the file to pass instead; so too a table of runs' figures of no tool (a CSV or JSON
+  lines file, a row or line a run), which ``validate --records`` refuses as aggregate figures,
+  and request objects of no tool with no send time among their keys (a harness's answers, each
+  its elapsed time and usage), which no trace can be made of either;
 - a file the recordings' reader cannot name either (:class:`~kvbudget.workloads.errors.
   UnknownFileError`: an unknown JSON, an empty file): None, and the trace loader's line stands.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvbudget.results.recorded_aggregates import NO_SEND_TIME
 from kvbudget.results.recorded_dirs import tool_dir_refusal
 from kvbudget.results.recorded_evalscope import DB_NAME, is_evalscope_db
 from kvbudget.results.recorded_genai_bench import METADATA
@@ -36,6 +40,7 @@ from kvbudget.results.recordings import (
     detect_recording_format,
     read_recording,
     recording_tool,
+    refuse_unreadable_records,
 )
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError, UnknownFileError
@@ -123,6 +128,24 @@ def _folder_named(path: Path) -> str | None:
     return f"{path}: not a trace: it is a file of the folder {folder}, which {said}"
 
 
+def _aggregates_said(path: Path) -> str | None:
+    """A CSV or JSON lines file of aggregate figures, one row or line a run (a harness's
+    ``throughput.csv``: ``pp_tok_s``, ``tg_tok_s`` a model and depth, github.com/ryanilano/
+    localai-16gb-bench-results 7033c75 ``results/2026-07-01_202112-debian-llm/``), as
+    ``validate --records`` refuses it (:func:`~kvbudget.results.recordings.
+    refuse_unreadable_records`); where a trace was asked for, the trace loader said it could
+    not "tell the trace format from the header" and to "pass a format", or, of JSON lines, to
+    map the missing ``output_tokens`` column (``--column output_tokens=COLUMN``) in a file of
+    figures; None for any other file (a dataset, a trace, unsent results: the trace loader's
+    own line says more of those)."""
+    try:
+        refuse_unreadable_records(path)
+    except TraceError as refusal:
+        if refusal.problem.startswith(NO_REQUEST_SAID[0]):
+            return _refused(path, refusal.problem)
+    return None
+
+
 def _read_named(path: Path, rec: Recording) -> str:
     num = rec.counts.get("num_rows_read", len(rec))
     return (
@@ -145,10 +168,10 @@ def recording_named(path: str | Path) -> str | None:
             said = path.suffix.lower() == ".csv" and simulated_output_refusal(
                 head_utf8(path, 1 << 16).split(b"\n", 1)[0].decode("utf-8", "replace").split(",")
             )
-            return _refused(path, said) if said else None
+            return _refused(path, said) if said else _aggregates_said(path)
     except UnknownFileError as unknown:  # no tool's file this reader knows: its folder may be one's
-        if unknown.problem.startswith(NO_REQUEST_SAID):  # it holds figures or settings only
-            return _refused(path, unknown.problem)
+        if unknown.problem.startswith(NO_REQUEST_SAID) or NO_SEND_TIME in unknown.problem:
+            return _refused(path, unknown.problem)  # figures or settings, or requests never sent
         try:
             return _folder_named(path) if path.is_file() else None
         except (OSError, ValueError, LookupError, RecursionError):  # TraceError included

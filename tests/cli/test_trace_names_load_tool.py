@@ -19,6 +19,7 @@ are no tool's file keep the trace loader's line.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -59,6 +60,7 @@ TOOL_WORDS: dict[str, tuple[str, ...]] = {
     "vllm-otel": ("vllm",),
     # published excerpts: what wrote each (tests/fixtures/recordings/published/README.md)
     "dstack-vllm": ("vllm bench serve",),
+    "ds4-harness": ("vllm bench serve",),  # a harness's runs of it: its figures only
     "guidellm-bench-gpt-oss-20b-server-log": ("vllm server log",),
     "inference-perf-otel": ("inference-perf",),
     "inference-sim": ("guidellm",),  # inference-sim's GuideLLM reports
@@ -66,6 +68,7 @@ TOOL_WORDS: dict[str, tuple[str, ...]] = {
     "llm-load-test": ("llm-load-test",),
     "mist-llmservingsim": ("llmservingsim",),
     "mist-vidur": ("vidur",),
+    "tpu-inference": ("tpu-inference",),  # its benchmark cases: settings, no result
 }
 
 
@@ -286,6 +289,82 @@ def test_figures_of_no_tool_are_said_to_hold_no_request(tmp_path: Path) -> None:
         "results.throughput), not per-request records"
     ), stderr
     assert RECORDING_HINT not in flat(stderr)
+
+
+TABLES_OF_RUNS: dict[str, str] = {
+    # a harness's llama-bench runs, one row a model and depth, shaped as github.com/ryanilano/
+    # localai-16gb-bench-results 7033c75 results/2026-07-01_202112-debian-llm/throughput.csv
+    # (no licence found: its header reproduced, the figures made up here)
+    "throughput.csv": (
+        "label,quant,type,depth,pp_tok_s,tg_tok_s,vram_peak_mib,ram_used_peak_mib,status\n"
+        "27B,IQ4_XS,dense,0,1400.5,36.2,15032,594,OK\n"
+        "27B,IQ4_XS,dense,4096,1390.1,35.4,15172,903,OK\n"
+    ),
+    # a harness's runs one a line (github.com/LottoLottoLotto/4x3090-llm-benchmarks bd22281
+    # data/benchmarks.jsonl's shape: a run's percentiles beside its configured prompt_tokens)
+    "runs.jsonl": (
+        '{"model": "m", "req_s": 1.2, "ttft_p50_ms": 100, "ttft_p99_ms": 200, '
+        '"prompt_tokens": 512}\n'
+        '{"model": "m", "req_s": 2.2, "ttft_p50_ms": 110, "ttft_p99_ms": 230, '
+        '"prompt_tokens": 512}\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLES_OF_RUNS))
+def test_a_table_of_runs_is_said_to_hold_no_request(tmp_path: Path, name: str) -> None:
+    """Hand-made tables of runs' figures, a row (or a line) a run: validate --records refused
+    them as aggregate figures, but where a trace was asked for the trace loader said it could
+    not "tell the trace format from the header" (CSV) and to "pass a format", or to map the
+    missing output_tokens column (--column output_tokens=COLUMN, JSON lines) in a file of
+    figures. Every command that takes a trace now says what validate --records says."""
+    path = tmp_path / name
+    path.write_text(TABLES_OF_RUNS[name])
+    with pytest.raises(TraceError) as records:
+        read_recording(path)
+    assert records.value.problem.startswith("holds aggregate figures, one ")
+    for args in (
+        ["simulate", "--trace", path],
+        ["trace", "stats", path],
+        ["simulate", "--scenario", _scenario(tmp_path, path)],
+    ):
+        code, _, stderr = run(*args)
+        assert code == 2, stderr
+        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
+        assert "--column" not in stderr and "pass a format" not in stderr
+
+
+def test_requests_never_timed_from_a_send_are_said_to_be_so(tmp_path: Path) -> None:
+    """Hand-made: a harness's answers, each its elapsed time and usage and no send time (the
+    shape of github.com/jasl/vllm-ds4-sm120-harness f1d2b24 ``baselines/20260502_b200_tp4_main_
+    5737770c6/generation/mtp.json``, its answers checked for quality). validate --records said they hold
+    per-request results with no send time; where a trace was asked for, the trace loader said
+    "is a JSON array, not a trace ... a dataset of conversations (ShareGPT's) holds text: count
+    its tokens", which they are not. Every command that takes a trace now says what validate
+    --records says."""
+    path = tmp_path / "mtp.json"
+    answers = [
+        {
+            "case": f"c{i}",
+            "elapsed_seconds": 20.4 + i,
+            "finish_reason": "stop",
+            "usage": {"prompt_tokens": 74, "completion_tokens": 5097, "total_tokens": 5171},
+        }
+        for i in range(3)
+    ]
+    path.write_text(json.dumps(answers, indent=2))
+    with pytest.raises(TraceError) as records:
+        read_recording(path)
+    assert "with no send time among their keys" in records.value.problem
+    for args in (
+        ["simulate", "--trace", path],
+        ["trace", "stats", path],
+        ["simulate", "--scenario", _scenario(tmp_path, path)],
+    ):
+        code, _, stderr = run(*args)
+        assert code == 2, stderr
+        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
+        assert "dataset of conversations" not in stderr
 
 
 def test_a_trace_that_is_also_a_recording_reads_as_a_trace(tmp_path: Path) -> None:

@@ -157,3 +157,44 @@ def test_records_and_documents_are_not_server_logs(tmp_path: Path) -> None:
     records = tmp_path / "records.csv"
     records.write_text("arrival_s,prompt_tokens,output_tokens,ttft_s,e2e_s\n0,10,5,0.1,0.5\n")
     assert detect_recording_format(records) == "records"
+
+
+# github.com/BennielAllan/benchmark ppio/reasoning_result.txt at aed2fec (no licence: its shape,
+# not its text): what a copy of vLLM's benchmark_serving.py printed, its arguments echoed first
+# (print(args): save_result=False and no save_detailed, a script from before vLLM PR #14879),
+# then the prompts' lengths, the load and the summary. It was told to rerun with --save-result
+# --save-detailed, which that script refuses; its --save-result saves each request itself.
+OLD_SCRIPT_CONSOLE = (
+    "Namespace(backend='vllm', base_url=None, host='127.0.0.1', port=8000, "
+    "endpoint='/v1/completions', dataset_name='random', max_concurrency=16, model='m', "
+    "num_prompts=32, request_rate=inf, burstiness=1.0, seed=42, save_result=False, "
+    "metadata=None, result_dir=None, ignore_eos=True, random_input_len=5734)\n"
+    "5961\n5968\nTraffic request rate: inf\nBurstiness factor: 1.0 (Poisson process)\n"
+    "Maximum request concurrency: 16\n"
+    "============ Serving Benchmark Result ============\n"
+    "Successful requests:                     32        \n"
+    "Benchmark duration (s):                  280.37    \n"
+)
+
+
+def test_a_console_of_a_script_before_save_detailed_is_told_its_own_flag(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "reasoning_result.txt"
+    path.write_text(OLD_SCRIPT_CONSOLE)
+    with pytest.raises(TraceError) as info:
+        read_recording(path)
+    said = str(info.value)
+    assert said.startswith(
+        f"{path}: is a serving benchmark's console output (vllm bench serve, or SGLang's or "
+        "TensorRT-LLM's benchmark_serving, as printed: request rate inf, max concurrency 16, "
+        "successful requests 32): its settings and summary, no request; rerun it with "
+        "--save-result and pass the JSON it writes"
+    ), said
+    assert "from before vLLM PR #14879" in said and "--save-detailed (SGLang" not in said
+    # a script that echoes save_detailed has the flag: told to pass it
+    path.write_text(
+        OLD_SCRIPT_CONSOLE.replace("save_result=False,", "save_result=False, save_detailed=False,")
+    )
+    with pytest.raises(TraceError, match="rerun it with --save-result --save-detailed"):
+        read_recording(path)
