@@ -167,8 +167,9 @@ def slo_line(targets: Mapping[str, tuple[float | None, ...]]) -> str:
                       for tier, t in targets.items())
     waits = ", ".join(f"{tier} {t[2]:,g} s" if t[2] is not None and math.isfinite(t[2]) else
                       f"{tier} none" for tier, t in targets.items() if len(t) > 2)
+    whose = "tiers' queue timeouts" if len(targets) > 1 else "tier's queue timeout"
     return ("SLO att: share of offered requests completed within their tier's targets ("
-            + parts + ")" + (f"; the tiers' queue timeouts: {waits}" if waits else ""))
+            + parts + ")" + (f"; the {whose}: {waits}" if waits else ""))
 
 
 CONTEXT_REASONS = ("prompt_too_long", "context_length")

@@ -426,6 +426,13 @@ def test_the_slo_line_says_the_queue_timeouts_expired_counts() -> None:
                                "tiers.1.queue_timeout_s=2.5")
     assert code == 0, stderr
     assert "queue timeouts: interactive 20 s, batch 2.5 s" in " ".join(stdout.split()), stdout
+    # one tier: its timeout, not 'the tiers' queue timeouts: interactive 10 s'
+    code, stdout, stderr = run("simulate", "--set", "workload.duration_s=5", "--set",
+                               'workload.tiers=[{name="interactive", share=1.0, prompt='
+                               '{kind="lognormal", mean=500, sigma=0.5}, output={kind="lognormal",'
+                               ' mean=50, sigma=0.5}}]')
+    assert code == 0, stderr
+    assert "; the tier's queue timeout: interactive 10 s" in " ".join(stdout.split()), stdout
 
 
 def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> None:
