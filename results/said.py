@@ -126,16 +126,30 @@ def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[s
     auto = fleet.get("autoscale")
     count = (f"{auto.get('min_replicas')} to {auto.get('max_replicas')} replicas (autoscaled)"
              if isinstance(auto, dict) else _count(fleet.get("num_replicas", 0)))
-    kinds = Counter((as_given(r.get("gpu"), r.get("gpu_preset")), _caps(r))
-                    for r in fleet.get("replicas", ()))
-    if len(kinds) == 1:
-        return f"{count} of {_on(tp, gpu)}{_routing(fleet)}", knobs
+    replicas = [r for r in fleet.get("replicas", ()) if isinstance(r, dict)]
+    kinds = Counter((_replica_gpu(s, r, gpu), _caps(r)) for r in replicas)
+    if len(kinds) == 1:  # the replicas' GPU (the run's, or one fleet.gpus names for each)
+        # and caps: vLLM's defaults are that GPU's, not the run's
+        one = replicas[0]
+        return f"{count} of {_on(tp, next(iter(kinds))[0])}{_routing(fleet)}", {
+            **knobs, **{k: one[k] for k in _CAPS[:2] if one.get(k) is not None}}
     # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ;
     # the knobs no GPU's defaults set, once
     caps = {c for _, c in kinds}
     return count + " (" + "; ".join(f"{n:,} of {_on(tp, g)}" + (c if len(caps) > 1 else "")
                                     for (g, c), n in kinds.items()) + ")" + _routing(fleet), (
         knobs if len(caps) == 1 else {k: v for k, v in knobs.items() if k not in _CAPS})
+
+
+def _replica_gpu(s: Mapping[str, Any], r: Mapping[str, Any], gpu: str) -> str:
+    """A fleet replica's GPU as the line says it: the run's (``gpu``, as said, assumed where it
+    was) where ``fleet.gpus`` names none (``gpu_given`` null), else the preset with the name
+    ``fleet.gpus`` gave it (a summary written before ``gpu_given`` was kept: the run's where
+    the names agree)."""
+    if ("gpu_given" in r and r["gpu_given"] is None) or (
+            "gpu_given" not in r and r.get("gpu") == s.get("gpu")):
+        return gpu
+    return as_given(r.get("gpu"), r.get("gpu_preset"))
 
 
 _CAPS = ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size")

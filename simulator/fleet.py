@@ -437,7 +437,7 @@ class Fleet(ReplicaTotals):
         """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
         that map its rows back to the workload's."""
         self.gpus.append(gpu)
-        self.served.append(replica_entry(gpu, on_gpu))
+        self.served.append(replica_entry(gpu, on_gpu, bool(self.fleet.gpus)))
         if self._compact:  # the replica's own rows (without prefix hashes)
             local = self._local[r].columns
             columns = RequestColumns(**{k: local[k] for k in _LOCAL_COLUMNS if k != "order"})

@@ -44,12 +44,15 @@ def served_entries(config: SimConfig, setup: ReplicaSetup) -> dict[str, Any]:
     }
 
 
-def replica_entry(gpu: str, setup: ReplicaSetup) -> dict[str, Any]:
+def replica_entry(gpu: str, setup: ReplicaSetup, given: bool) -> dict[str, Any]:
     """A fleet replica's entry: its GPU as the fleet names it (``fleet.gpus``, else the run's),
-    the preset that resolved (``gpu_preset``: ``H100-SXM`` for ``H100``) and its scheduler caps
-    as resolved (vLLM's defaults are each GPU's)."""
+    whether ``fleet.gpus`` gave it (``gpu_given``: None where the replica runs on the run's
+    GPU, which the default scenario may have filled), the preset that resolved
+    (``gpu_preset``: ``H100-SXM`` for ``H100``) and its scheduler caps as resolved (vLLM's
+    defaults are each GPU's)."""
     return {
         "gpu": gpu,
+        "gpu_given": gpu if given else None,
         "gpu_preset": setup.gpu.name,
         "max_num_seqs": setup.engine.max_num_seqs,
         "max_num_batched_tokens": setup.engine.max_num_batched_tokens,

@@ -54,7 +54,7 @@ def planned_summary(config: SimConfig, workload: Workload) -> dict[str, Any]:
             **({} if fleet.autoscale is None else {"autoscale": {
                 "min_replicas": fleet.autoscale.min_replicas,
                 "max_replicas": fleet.autoscale.max_replicas}}),
-            "replicas": [replica_entry(g, setups[g]) for g in gpus],
+            "replicas": [replica_entry(g, setups[g], bool(fleet.gpus)) for g in gpus],
         }
         blocks = sum(_blocks(setups[g]) for g in gpus)
         capacity = sum(_blocks(setups[g]) * setups[g].engine.block_size for g in gpus)

@@ -694,6 +694,12 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "knobs, max_model_len 131,072, chunked prefill on, prefix caching on (no prefixes to "
      "share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
      "capacity "),
+    # a fleet whose gpus name one GPU for all: that GPU and its caps, not the run's (it said
+    # '2 replicas of H100-SXM (assumed: ...), max_num_seqs 1,024' of two A100s running 256)
+    (["fleet.num_replicas=2", 'fleet.gpus=["A100-80GB","A100-80GB"]'],
+     "on 2 replicas of A100-80GB, routed round_robin, one token budget over them, engine vllm "
+     "(vLLM 0.32.0's defaults for unset knobs, max_num_seqs 256, max_num_batched_tokens 2,048, "
+     "max_model_len 131,072"),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
      "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
@@ -714,7 +720,7 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "prefill on, bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
      "capacity 3,840,096 tokens (the decode pool's), the gateway's budget; workload default"),
-], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
+], ids=["fleet", "mixed-fleet", "mixed-caps", "one-gpu-fleet", "autoscaled", "disaggregated"])
 def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
     """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
     disaggregated deployment's pools, each with its GPU, TP and scheduler caps: the KV

@@ -190,7 +190,8 @@ def doc_scenario(doc: str, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed"])
+@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed",
+                                        "one-gpu fleet"])
 def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
         deployment: str, tmp_path: Path) -> None:
     """A disaggregated deployment (docs/disaggregation.md's), an autoscaled fleet
@@ -199,7 +200,10 @@ def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
     H100-SXM)': no router, no pool's engine knobs nor the [engine] ones, no KV capacity, which
     simulate's line says. Each is resolved before the runs as the run resolves it (each pool's,
     each replica GPU's setup), and said in simulate's words."""
-    if deployment == "mixed":
+    if deployment == "one-gpu fleet":  # fleet.gpus naming one GPU, not the run's
+        where = ["--set", 'fleet.gpus=["A100-80GB", "A100-80GB"]', "--set",
+                 "fleet.num_replicas=2"]
+    elif deployment == "mixed":
         where = ["--set", 'fleet.gpus=["H100", "H100", "A100-80GB"]', "--set",
                  "fleet.num_replicas=3"]
     else:
