@@ -51,8 +51,9 @@ demo: install
 	@echo "kvbudget: simulating the default scenario under four admission policies: Llama-3.1-8B"
 	@echo "  on one H100-80GB, 5 minutes of 70 % interactive, 30 % batch requests at 5.5 req/s,"
 	@echo "  about 1.07x what the conservative policy sustains at 90 % SLO attainment (README.md);"
-	@echo "  5.5 req/s is the Poisson rate they are drawn at: this seed's 1,617 requests arrive at"
-	@echo "  5.4 req/s, the offered rate the tables and their conclusion name"
+	@echo "  5.5 req/s is the Poisson rate they are drawn at and 70 % each request's chance of the"
+	@echo "  interactive tier: this seed's 1,617 requests, 69 % interactive, arrive at 5.4 req/s,"
+	@echo "  the offered rate the tables and their conclusion name"
 	$(VENV)/bin/kvbudget compare --policies unlimited,conservative,overcommit,preemptive
 
 lint: $(STAMP)-test

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import typer
 
-import kvbudget
 from kvbudget.workloads.errors import TraceError, UnknownFileError
 
 
@@ -60,11 +59,14 @@ def trace_refusal(exc: TraceError) -> str:
     bench serve result, a GuideLLM report, AIPerf's summary, llama-benchy's table ...), which
     tool's file it is and what to pass it to, as the recordings' readers name it.
 
-    Those readers (~140 ms to import) are loaded here, on the refusal path only, through the
-    front door's lazy names (``kvbudget.recording_named``, PEP 562: tests/
-    test_function_imports.py's allowed loading): no start of a command pays for them."""
+    Those readers (~235 ms to import; every command imports this module) are imported here,
+    on the refusal path only: a start-up exception listed with its reason in
+    tests/test_function_imports.py's ``SLOW_MODULES``, so no start of a command pays for
+    them."""
     if isinstance(exc, UnknownFileError) and exc.path is not None:
-        named = kvbudget.recording_named(exc.path)
+        from kvbudget.results.recording_named import recording_named  # SLOW_MODULES
+
+        named = recording_named(exc.path)
         if named:
             return named
     return str(exc)

@@ -37,8 +37,7 @@ def presets_cmd() -> None:
         ("GPU", "max_num_seqs", "max_num_batched_tokens"),
         [[name, e.max_num_seqs, e.max_num_batched_tokens] for name, e in engines.items()],
     ))
-    _notes("and on every GPU gpu_memory_utilization 0.92, prefix caching on, block_size 16; "
-           "--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off")
+    _notes(_defaults_note(engines))
     typer.echo("")
     models = bundled_models()
     typer.echo("Models (bundled Hugging Face configs; --model also takes a config.json path):")
@@ -98,3 +97,25 @@ def _notes(*lines: str) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("presets")(presets_cmd)
+
+
+def _defaults_note(engines: dict[str, EngineConfig]) -> str:
+    """The knobs vLLM's defaults set alike on every GPU (``engines``, each GPU's resolved
+    configuration), and kvbudget 0.1's, each knob by its name: the note said 'kvbudget-0.1 for
+    256 / 8192 / 0.9 / off', four figures a reader had to match to knobs in another order."""
+    def knobs(e: EngineConfig, *names: str) -> str:
+        said = {"max_num_seqs": f"max_num_seqs {e.max_num_seqs:,}",
+                "max_num_batched_tokens": f"max_num_batched_tokens {e.max_num_batched_tokens:,}",
+                "gpu_memory_utilization": f"gpu_memory_utilization {e.memory_utilization:g}",
+                "prefix": f"prefix caching {'on' if e.enable_prefix_caching else 'off'}",
+                "block_size": f"block_size {e.block_size}"}
+        return ", ".join(said[n] for n in names)
+
+    shared = ("gpu_memory_utilization", "prefix", "block_size")
+    alike = {knobs(e, *shared) for e in engines.values()}
+    assert len(alike) == 1, alike  # the vLLM defaults that are no GPU's own
+    old = {knobs(EngineConfig().resolved(g, "kvbudget-0.1"), "max_num_seqs",
+                 "max_num_batched_tokens", *shared) for g in GPUS.values()}
+    assert len(old) == 1, old  # kvbudget 0.1's are no GPU's
+    return (f"and on every GPU {alike.pop()}; --engine-defaults kvbudget-0.1 for "
+            f"{old.pop()} on every GPU")

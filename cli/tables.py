@@ -160,15 +160,16 @@ CLIENTS_SAID = ("(att/req: attempts per offered request; done share: the share o
 
 def slo_line(targets: Mapping[str, tuple[float | None, ...]]) -> str:
     """``SLO att: share of offered requests with TTFT <= x s and TPOT <= y s (tier: x, y; ...)``,
-    then each tier's queue timeout where a target's third figure gives it (what ``expired``
-    counts: a deadline nobody set must be said, the default tiers' 10 s and 600 s)."""
+    then each tier's queue timeout where a target's third figure gives it (the deadline
+    ``expired`` counts, which the units note above it defines: a deadline nobody set must be
+    said, the default tiers' 10 s and 600 s; the definition is not said twice)."""
     parts = "; ".join(f"{tier} TTFT<={_fmt(float(t[0] or 0))} s, TPOT<={_fmt(float(t[1] or 0))} s"
                       for tier, t in targets.items())
     waits = ", ".join(f"{tier} {t[2]:,g} s" if t[2] is not None and math.isfinite(t[2]) else
                       f"{tier} none" for tier, t in targets.items() if len(t) > 2)
+    whose = "tiers' queue timeouts" if len(targets) > 1 else "tier's queue timeout"
     return ("SLO att: share of offered requests completed within their tier's targets ("
-            + parts + ")" + (f"; expired: waited past the queue timeout, {waits}"
-                             if waits else ""))
+            + parts + ")" + (f"; the {whose}: {waits}" if waits else ""))
 
 
 CONTEXT_REASONS = ("prompt_too_long", "context_length")

@@ -19,7 +19,7 @@ from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
            "cost_said", "figure", "fill", "frontend_said", "mix_said", "rate_said",
-           "served_said", "setting_lines"]
+           "served_said", "setting_lines", "shared_knobs"]
 
 WIDTH = 100
 """The width the lines are wrapped to (the terminal tables')."""
@@ -110,32 +110,86 @@ def _caps(knobs: Mapping[str, Any]) -> str:
 
 
 def _deployment(s: Mapping[str, Any], gpu: str, tp: int) -> tuple[str, Mapping[str, Any]]:
-    """Where the model ran and the scheduler caps to name beside it: one engine; a fleet's
-    replicas (by GPU where they differ; an autoscaled fleet's bounds), or a disaggregated
-    deployment's pools, each with its own GPU, TP and caps (the scenario's [engine] ones are
-    then no pool's for certain): the KV capacity said beside it is theirs, not one GPU's."""
+    """Where the model ran and the knobs to name beside it: one engine; a fleet's replicas (by
+    GPU where they differ, each as ``gpu`` is said: the preset and the name given; an
+    autoscaled fleet's bounds), or a disaggregated deployment's pools, each with its own GPU
+    (the run's, ``gpu``, said as it is, assumed where it was, unless the pool gives one), TP,
+    caps and the knobs that differ between them (the ones they share said once, as one
+    engine's): the KV capacity said beside it is theirs, not one GPU's."""
     figures = s.get("engine") or {}
     pools = figures.get("disaggregation")
     if isinstance(pools, dict):
-        return "disaggregated pools (" + "; ".join(
-            f"{name}: {_count(p['num_replicas'])} of {_on(p.get('tensor_parallel_size'), p['gpu'])}"
-            + (f", routed {p['router']}" if p.get("router") else "")
-            + _caps(p) for name in ("prefill", "decode")
-            if isinstance(p := pools.get(name), dict)) + ")", {}
+        return _pools(s, pools, gpu)
     fleet, knobs = figures.get("fleet"), s.get("engine_knobs") or {}
     if not isinstance(fleet, dict):
         return _on(tp, gpu), knobs
     auto = fleet.get("autoscale")
     count = (f"{auto.get('min_replicas')} to {auto.get('max_replicas')} replicas (autoscaled)"
              if isinstance(auto, dict) else _count(fleet.get("num_replicas", 0)))
-    kinds = Counter((str(r.get("gpu")), _caps(r)) for r in fleet.get("replicas", ()))
-    if len(kinds) == 1:
-        return f"{count} of {_on(tp, gpu)}{_routing(fleet)}", knobs
-    # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ
+    replicas = [r for r in fleet.get("replicas", ()) if isinstance(r, dict)]
+    kinds = Counter((_replica_gpu(s, r, gpu), _caps(r)) for r in replicas)
+    if len(kinds) == 1:  # the replicas' GPU (the run's, or one fleet.gpus names for each)
+        # and caps: vLLM's defaults are that GPU's, not the run's
+        one = replicas[0]
+        return f"{count} of {_on(tp, next(iter(kinds))[0])}{_routing(fleet)}", {
+            **knobs, **{k: one[k] for k in _CAPS[:2] if one.get(k) is not None}}
+    # the replicas' GPUs as given (fleet.gpus), each one's caps where a GPU's defaults differ;
+    # the knobs no GPU's defaults set, once
     caps = {c for _, c in kinds}
     return count + " (" + "; ".join(f"{n:,} of {_on(tp, g)}" + (c if len(caps) > 1 else "")
                                     for (g, c), n in kinds.items()) + ")" + _routing(fleet), (
-        knobs if len(caps) == 1 else {})
+        knobs if len(caps) == 1 else {k: v for k, v in knobs.items() if k not in _CAPS})
+
+
+def _replica_gpu(s: Mapping[str, Any], r: Mapping[str, Any], gpu: str) -> str:
+    """A fleet replica's GPU as the line says it: the run's (``gpu``, as said, assumed where it
+    was) where ``fleet.gpus`` names none (``gpu_given`` null), else the preset with the name
+    ``fleet.gpus`` gave it (a summary written before ``gpu_given`` was kept: the run's where
+    the names agree)."""
+    if ("gpu_given" in r and r["gpu_given"] is None) or (
+            "gpu_given" not in r and r.get("gpu") == s.get("gpu")):
+        return gpu
+    return as_given(r.get("gpu"), r.get("gpu_preset"))
+
+
+_CAPS = ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size")
+"""Knobs a pool's or a fleet replica's words say with its GPU (:func:`_caps`, :func:`_on`)."""
+
+
+def shared_knobs(s: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary's ``engine_knobs``; a disaggregated run's (each pool's) those both pools
+    have alike, less what each pool's words say with its GPU (:data:`_CAPS`)."""
+    knobs = s.get("engine_knobs") or {}
+    if not isinstance((s.get("engine") or {}).get("disaggregation"), dict):
+        return dict(knobs)
+    prefill, decode = (knobs.get(name) or {} for name in ("prefill", "decode"))
+    return {k: v for k, v in prefill.items()
+            if k not in _CAPS and k in decode and decode[k] == v}
+
+
+def _pools(s: Mapping[str, Any], pools: Mapping[str, Any], gpu: str
+           ) -> tuple[str, Mapping[str, Any]]:
+    """:func:`_deployment` of a disaggregated deployment: ``disaggregated pools (prefill: N
+    replicas of G, routed R, CAPS, KNOBS; decode: ...)``, each pool on its own GPU (as it gave
+    it, ``gpu_given``) or the run's (``gpu``, as the run's line says it), its knobs where the
+    pools' differ; the knobs they share, to say once as one engine's. A summary without
+    ``gpu_given`` (written before it was kept) names the pool's preset alone."""
+    knobs = s.get("engine_knobs") or {}
+    each = {name: knobs.get(name) or {} for name in ("prefill", "decode")}
+    shared = shared_knobs(s)
+
+    def pool(name: str, p: Mapping[str, Any]) -> str:
+        given = p.get("gpu_given")
+        on = (p["gpu"] if "gpu_given" not in p else gpu if given is None
+              else as_given(given, p["gpu"]))
+        own = {k: v for k, v in each[name].items() if k not in _CAPS and k not in shared}
+        return (f"{name}: {_count(p['num_replicas'])} of {_on(p.get('tensor_parallel_size'), on)}"
+                + (f", routed {p['router']}" if p.get("router") else "") + _caps(p)
+                + "".join(f", {x}" for x in _knobs_said(s, own, whole=False)))
+
+    return "disaggregated pools (" + "; ".join(
+        pool(name, p) for name in ("prefill", "decode")
+        if isinstance(p := pools.get(name), dict)) + ")", shared
 
 
 def _routing(fleet: Mapping[str, Any]) -> str:
@@ -158,8 +212,18 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
     (``max_model_len``: vLLM's default is the model's), prefix caching (on, and whether the
     workload had prefix hashes to share), the weights' and the KV cache's dtypes (``auto``:
     the model's 16-bit activation dtype), the block size and the ``gpu_memory_utilization``
-    the KV capacity was sized at (none where ``num_gpu_blocks`` was given); ``""`` for what the
-    summary does not have (a disaggregated deployment's pools have their own knobs)."""
+    the KV capacity was sized at (none where ``num_gpu_blocks`` was given); ``""`` for what
+    ``knobs`` does not have (a disaggregated deployment's pools say those that differ)."""
+    return "".join(f", {x}" for x in _knobs_said(s, knobs))
+
+
+def _knobs_said(s: Mapping[str, Any], knobs: Mapping[str, Any], whole: bool = True
+                ) -> list[str]:
+    """The words of each of ``knobs`` a run's line says: ``max_model_len``, chunked prefill,
+    prefix caching (whether the workload had prefixes to share: the summary's
+    ``engine.prefix_caching``), the KV cache's dtype, ``gpu_memory_utilization`` (none where
+    ``num_gpu_blocks`` was given); ``whole``: with the summary's weights and block size (one
+    engine's words, not a pool's own)."""
     said = []
     if knobs.get("max_model_len") is not None:
         said.append(f"max_model_len {int(knobs['max_model_len']):,}")
@@ -172,15 +236,15 @@ def _assumed_knobs(s: Mapping[str, Any], knobs: Mapping[str, Any]) -> str:
         said.append("prefix caching " + ("off" if not caching else "on" if shared else
                                          "on (no prefixes to share)"))
     dtype, kv = s.get("weight_dtype"), knobs.get("kv_cache_dtype")
-    if dtype:
+    if dtype and whole:
         said.append(f"{dtype} weights")
     if kv:  # auto: the model's 16-bit activation dtype (perf/models.py)
         said.append(f"{'16-bit' if kv == 'auto' else kv} KV")
-    if knobs and isinstance(s.get("block_size"), int):
+    if knobs and whole and isinstance(s.get("block_size"), int):
         said.append(f"block_size {s['block_size']}")
     if knobs.get("gpu_memory_utilization") is not None and knobs.get("num_gpu_blocks") is None:
         said.append(f"gpu_memory_utilization {float(knobs['gpu_memory_utilization']):g}")
-    return "".join(f", {x}" for x in said)
+    return said
 
 
 def _capacity_whose(s: Mapping[str, Any], where: str) -> str:

@@ -53,6 +53,7 @@ from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import tie_replicas
 from kvbudget.simulator.remote_kv import RemoteLoads
 from kvbudget.simulator.replica_totals import ReplicaTotals
+from kvbudget.simulator.served import pool_entry
 from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
 from kvbudget.simulator.token_segments import UnreadSegments
@@ -418,11 +419,7 @@ class DisaggFleet(ReplicaTotals):
                                             self.decode)):
             assert pool is not None
             pools[name] = {
-                "num_replicas": len(engines), "gpu": setup.gpu.name, "router": pool.router,
-                "tensor_parallel_size": setup.engine.tensor_parallel_size,
-                "max_num_seqs": setup.engine.max_num_seqs,  # a pool's own engine table's
-                "max_num_batched_tokens": setup.engine.max_num_batched_tokens,
-                "num_gpu_blocks": engines[0].num_gpu_blocks,
+                **pool_entry(pool, setup),
                 **_kv_used(engines, span_s),
                 "num_steps": sum(e.num_steps for e in engines),
                 "num_preemptions": sum(e.num_preemptions_total for e in engines),
@@ -430,6 +427,8 @@ class DisaggFleet(ReplicaTotals):
         caps = self.prefill[0].stats().get("queue_caps")  # (the decode pool has none)
         return {
             "engine": self.config.engine.name,
+            # the prefill pool's (the decode pool's prompts come over the link)
+            "prefix_caching": self.prefill[0].kv.prefix is not None,
             **({"queue_caps": caps} if caps else {}),
             "disaggregation": {
                 **pools,

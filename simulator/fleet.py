@@ -65,6 +65,7 @@ from kvbudget.simulator.fast_decode import SkipAheadEngine
 from kvbudget.simulator.fleet_events import FleetEvents
 from kvbudget.simulator.fleet_ties import tie_replicas
 from kvbudget.simulator.replica_totals import ReplicaTotals
+from kvbudget.simulator.served import replica_entry
 from kvbudget.simulator.serving import RequestFigures
 from kvbudget.simulator.sim_config import (
     ROUTERS,
@@ -366,7 +367,7 @@ class Fleet(ReplicaTotals):
         self._priority = priority
         self.replicas: list[Engine] = []
         self.gpus: list[str] = []
-        self.caps: list[tuple[int | None, int | None]] = []  # each replica's scheduler caps, as resolved
+        self.served: list[dict[str, object]] = []  # each replica's GPU and caps, as resolved
         # an open-loop workload's arrivals are sorted and fixed; a closed loop writes them
         self.events = FleetEvents(env, workload.arrival_s, config.closed_loop is None,
                                   self._next_timer_s, config.timeline_period_s)
@@ -436,7 +437,7 @@ class Fleet(ReplicaTotals):
         """Replica ``r``'s engine on ``gpu`` (its resolved configuration ``on_gpu``), with hooks
         that map its rows back to the workload's."""
         self.gpus.append(gpu)
-        self.caps.append((on_gpu.engine.max_num_seqs, on_gpu.engine.max_num_batched_tokens))
+        self.served.append(replica_entry(gpu, on_gpu, bool(self.fleet.gpus)))
         if self._compact:  # the replica's own rows (without prefix hashes)
             local = self._local[r].columns
             columns = RequestColumns(**{k: local[k] for k in _LOCAL_COLUMNS if k != "order"})
@@ -702,16 +703,15 @@ class Fleet(ReplicaTotals):
                else {}),
             "replicas": [
                 {
-                    "gpu": gpu,
-                    "max_num_seqs": seqs, "max_num_batched_tokens": batched,
+                    **served,
                     "num_gpu_blocks": e.num_gpu_blocks,
                     "num_requests": int((self.replica_of == r).sum()),
                     "num_steps": e.num_steps,
                     "num_preemptions": e.num_preemptions_total,
                     **{k: v for k, v in p.items() if k != "engine"},
                 }
-                for r, (gpu, (seqs, batched), e, p) in enumerate(
-                    zip(self.gpus, self.caps, self.replicas, per, strict=True))
+                for r, (served, e, p) in enumerate(
+                    zip(self.served, self.replicas, per, strict=True))
             ],
         }
         return out

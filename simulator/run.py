@@ -49,6 +49,7 @@ from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.kv_offload import OffloadEngine
 from kvbudget.simulator.limits_said import limits_said
+from kvbudget.simulator.served import engine_knobs, jsonable, pools_knobs, served_entries
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
 from kvbudget.simulator.spec_decode import draft_warning
@@ -61,10 +62,9 @@ from kvbudget.workloads.traces.report import load_said
 if TYPE_CHECKING:
     from kvbudget.perf.cost_model import CostModel
     from kvbudget.policies.clients import Answer
-    from kvbudget.simulator.engine_config import EngineConfig
     from kvbudget.simulator.fleet import FleetGateway
 
-__all__ = ["FleetConfig", "SimConfig", "engine_knobs", "gateway_config", "simulate"]
+__all__ = ["FleetConfig", "SimConfig", "gateway_config", "simulate"]
 
 _COMPLETED = STATUS_CODES["completed"]
 _COLLECT_ROWS = 1 << 18
@@ -439,9 +439,7 @@ class _Simulation:
         stats = e.stats(span) if isinstance(e, DisaggFleet) else e.stats()
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
-            {name: engine_knobs(s.engine) for name, s in zip(("prefill", "decode"), e.setups,
-                                                       strict=True)}
-            if isinstance(e, DisaggFleet)
+            pools_knobs(e.setups) if isinstance(e, DisaggFleet)
             else engine_knobs(self.setup.engine, self.config.engine.gpu_memory_utilization))
         codes = np.asarray(w.tier, np.int64)
         if self.token_gaps_of is not None:  # the chosen rows' gaps apart: codes past the tiers'
@@ -534,21 +532,14 @@ class _Simulation:
         """The summary's entries beyond the records' and the timeline's figures: what ran."""
         config = self.config
         return {
-            "policy_params": _jsonable(self.policy.describe()),
-            "gpu": str(config.gpu),
-            "model": str(config.model),
-            **({"defaulted": list(config.defaulted)} if config.defaulted else {}),
+            "policy_params": jsonable(self.policy.describe()),
+            **served_entries(config, self.setup),
             "num_gpu_blocks": num_gpu_blocks,
             "block_size": block_size,
-            "cost_model": _jsonable(self.setup.cost_model.describe()),
             "frontend_overhead_s": config.frontend_overhead_s,
-            "frontend": {"name": config.frontend, **_jsonable(self.frontend.describe())},
-            "engine_defaults": config.engine_defaults,
+            "frontend": {"name": config.frontend, **jsonable(self.frontend.describe())},
             "engine": engine_figures,
             "engine_knobs": self._knobs_said,
-            "weight_dtype": self.setup.model.weight_dtype,
-            **({} if config.gateway_capacity_tokens is None else {
-                "gateway_capacity_tokens": config.gateway_capacity_tokens}),
             "workload": {"name": self.w.name, "num_requests": self.n, **load_said(
                 self.w.meta, closed_loop=self.users is not None), "mix": mix_of(self.w)},
             **limits_said(self.w, self.config, self.setup, self.status, self.reason,
@@ -620,16 +611,6 @@ class _Probe:
         return self._engine.num_preemptions_total
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float | int | str | bool) or obj is None:
-        return obj
-    return str(obj)
-
-
 def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDArray[np.int64]:
     """Each row's tier priority; every tier of the workload must be configured."""
     by_name = tier_map(tiers)
@@ -643,26 +624,6 @@ def tier_priorities(workload: Workload, tiers: Sequence[TierConfig]) -> npt.NDAr
         )
     priority = np.array([by_name[t].priority for t in workload.tier_names], dtype=np.int64)
     return priority[workload.tier]
-
-
-def engine_knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str, Any]:
-    """The engine knobs a run resolved (vLLM's defaults for the GPU where none was given):
-    what a user checks against their own server's flags; ``num_gpu_blocks`` where it was
-    given (the KV cache set, not sized from the GPU's memory), with the
-    ``gpu_memory_utilization`` given beside it (``given_utilization``: unused, as the summary
-    says), else the ``gpu_memory_utilization`` the KV cache was sized at."""
-    knobs: dict[str, Any] = {
-        "max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens,
-        "max_model_len": e.max_model_len, "tensor_parallel_size": e.tensor_parallel_size,
-        "enable_chunked_prefill": e.enable_chunked_prefill,
-        "enable_prefix_caching": e.enable_prefix_caching,
-        "async_scheduling": e.async_scheduling, "kv_cache_dtype": e.kv_cache_dtype}
-    if e.num_gpu_blocks is not None:
-        knobs["num_gpu_blocks"] = e.num_gpu_blocks
-    utilization = e.memory_utilization if e.num_gpu_blocks is None else given_utilization
-    if utilization is not None:
-        knobs["gpu_memory_utilization"] = utilization
-    return knobs
 
 
 def _scale_columns(engine: ServingEngine, samples: npt.NDArray[np.float64]

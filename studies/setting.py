@@ -21,6 +21,7 @@ from kvbudget.results.said import (
     mix_said,
     rate_said,
     served_said,
+    shared_knobs,
 )
 from kvbudget.studies.planned import planned_summary
 from kvbudget.workloads.arrival_rate import mean_arrival_rate
@@ -186,16 +187,18 @@ def _served(scn: Scenario, workload: Workload, varies: Collection[str]) -> str:
     s = planned_summary(scn.sim_config(), workload)
     s.update(defaulted_of(scn, varies))  # the scenario's, as its runs' summaries keep them
     given = scn.spec.engine
-    knobs = dict(s["engine_knobs"])
     gone = {k.split(".", 1)[1] for k in varies if k.startswith("engine.")}
     by_gpu = [k for k in _BY_GPU if moved and getattr(given, k) is None and k not in gone]
     gone |= set(by_gpu)
     if "model" in tops:
         s.pop("weight_dtype")
         gone |= set() if given.max_model_len is not None else {"max_model_len"}
-    for k in gone:
-        knobs.pop(k, None)
-    s["engine_knobs"] = knobs
+    # the scenario's pools each say their knobs; a study that tries its own deployments says
+    # those the pools share (shared_knobs), as one engine's
+    pools = "disaggregation" in s["engine"] and not moved
+    s["engine_knobs"] = ({name: {k: v for k, v in knobs.items() if k not in gone}
+                          for name, knobs in s["engine_knobs"].items()} if pools else
+                         {k: v for k, v in shared_knobs(s).items() if k not in gone})
     if moved or gone or "model" in tops:  # each run's own
         s.pop("kv_capacity_tokens")
     if moved:  # the scenario's fleet or pools are not the deployments tried: whose capacity

@@ -179,11 +179,14 @@ def test_the_records_replicas_are_the_last_attempts(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("sets", "where"), [
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       'disaggregation.decode.gpu="H200"'],
-     "on disaggregated pools (prefill: 1 replica of H100-SXM, routed least_tokens, max_num_seqs "
-     "1,024, max_num_batched_tokens 8,192; decode: 2 replicas of H200, routed least_tokens, "
-     "max_num_seqs 1,024, max_num_batched_tokens 8,192), engine vllm (vLLM 0.32.0's defaults for "
-     "unset knobs, bfloat16 weights), KV capacity 1,792,128 tokens (the decode pool's), the "
-     "gateway's budget; workload"),
+     # the prefill pool on the run's GPU, which nobody gave, said so; the pools' knobs
+     "on disaggregated pools (prefill: 1 replica of H100-SXM (assumed: the default scenario's "
+     "H100-80GB), routed least_tokens, max_num_seqs 1,024, max_num_batched_tokens 8,192, prefix "
+     "caching on (no prefixes to share); decode: 2 replicas of H200, routed least_tokens, "
+     "max_num_seqs 1,024, max_num_batched_tokens 8,192, prefix caching off), engine vllm (vLLM "
+     "0.32.0's defaults for unset knobs, max_model_len 131,072, chunked prefill on, bfloat16 "
+     "weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV capacity 1,792,128 "
+     "tokens (the decode pool's), the gateway's budget; workload"),
     # a fleet of one GPU: its engine and KV capacity too, as simulate's line says them
     (["fleet.num_replicas=2"], "on 2 replicas of H100-SXM (assumed: the default scenario's "
      "H100-80GB), routed round_robin, one token budget over them, engine vllm (vLLM 0.32.0's "
@@ -192,7 +195,8 @@ def test_the_records_replicas_are_the_last_attempts(tmp_path: Path) -> None:
      "16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV capacity 876,384 tokens, the gateway's budget; "
      "workload"),
     (["fleet.autoscale.max_replicas=3", 'fleet.gpus=["H100-80GB","H200","H200"]'],
-     "on 1 to 3 replicas (autoscaled) (1 of H100-80GB; 2 of H200), routed round_robin, one "
+     "on 1 to 3 replicas (autoscaled) (1 of H100-SXM (given as H100-80GB); 2 of H200), routed "
+     "round_robin, one "
      "token budget over them, engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs "
      "1,024, max_num_batched_tokens 8,192, max_model_len 131,072, chunked prefill on, prefix "
      "caching on (no prefixes to share), bfloat16 weights, 16-bit KV, block_size 16, "

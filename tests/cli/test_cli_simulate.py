@@ -681,14 +681,25 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
      "bfloat16 weights, 16-bit "
      "KV, block_size 16, gpu_memory_utilization 0.92)"),
     (["fleet.num_replicas=3", 'fleet.gpus=["H100-80GB","H200","H100-80GB"]'],
-     "on 3 replicas (2 of H100-80GB; 1 of H200), routed round_robin, one token budget over "
+     # each GPU as one engine's line says it: the preset, and the name given
+     "on 3 replicas (2 of H100-SXM (given as H100-80GB); 1 of H200), routed round_robin, one "
+     "token budget over "
      "them, engine vllm (vLLM 0.32.0's defaults for unset knobs, "
      "max_num_seqs 1,024"),
     (["fleet.num_replicas=2", 'fleet.gpus=["L40S","H100-80GB"]'],
-     "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-80GB, "
-     "max_num_seqs 1,024, max_num_batched_tokens 8,192), routed round_robin, one token budget "
-     "over them, engine vllm (vLLM 0.32.0's defaults for unset "
-     "knobs, bfloat16 weights), KV capacity "),
+     # the caps each GPU's; the knobs no GPU's defaults set, once
+     "on 2 replicas (1 of L40S, max_num_seqs 256, max_num_batched_tokens 2,048; 1 of H100-SXM "
+     "(given as H100-80GB), max_num_seqs 1,024, max_num_batched_tokens 8,192), routed "
+     "round_robin, one token budget over them, engine vllm (vLLM 0.32.0's defaults for unset "
+     "knobs, max_model_len 131,072, chunked prefill on, prefix caching on (no prefixes to "
+     "share), bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
+     "capacity "),
+    # a fleet whose gpus name one GPU for all: that GPU and its caps, not the run's (it said
+    # '2 replicas of H100-SXM (assumed: ...), max_num_seqs 1,024' of two A100s running 256)
+    (["fleet.num_replicas=2", 'fleet.gpus=["A100-80GB","A100-80GB"]'],
+     "on 2 replicas of A100-80GB, routed round_robin, one token budget over them, engine vllm "
+     "(vLLM 0.32.0's defaults for unset knobs, max_num_seqs 256, max_num_batched_tokens 2,048, "
+     "max_model_len 131,072"),
     # 4 replicas x 438,192 tokens (the single-engine line's figure)
     (["fleet.autoscale.max_replicas=4"], "on 1 to 4 replicas (autoscaled) of H100-SXM (assumed: "
      "the default scenario's H100-80GB), routed round_robin, one token budget over them, engine vllm (vLLM 0.32.0's defaults for unset knobs, max_num_seqs 1,024, "
@@ -699,14 +710,17 @@ def test_refusals_beyond_the_context_are_the_contexts_in_every_line(tmp_path: Pa
     (["disaggregation.prefill.num_replicas=1", "disaggregation.decode.num_replicas=2",
       "disaggregation.decode.gpu=H200", "disaggregation.decode.engine={tensor_parallel_size=2}",
       "disaggregation.prefill.engine={max_num_batched_tokens=16384}"],
-     "on disaggregated pools (prefill: 1 replica of H100-SXM, routed least_tokens, max_num_seqs "
-     "1,024, max_num_batched_tokens 16,384; decode: 2 replicas of 2 x H200, routed least_tokens, "
-     "max_num_seqs 1,024, "
-     "max_num_batched_tokens 8,192), engine vllm (vLLM 0.32.0's defaults for unset knobs, bfloat16 "
-     "weights), KV "
+     # the prefill pool on the run's GPU, which nobody gave; the knobs each pool's where they
+     # differ (a decode replica caches no prefixes: its prompts' KV comes over the link)
+     "on disaggregated pools (prefill: 1 replica of H100-SXM (assumed: the default scenario's "
+     "H100-80GB), routed least_tokens, max_num_seqs 1,024, max_num_batched_tokens 16,384, "
+     "prefix caching on (no prefixes to share); decode: 2 replicas of 2 x H200, routed "
+     "least_tokens, max_num_seqs 1,024, max_num_batched_tokens 8,192, prefix caching off), "
+     "engine vllm (vLLM 0.32.0's defaults for unset knobs, max_model_len 131,072, chunked "
+     "prefill on, bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
      # the gateway's budget: the decode pool's 2 replicas x 120,003 blocks x 16 tokens
      "capacity 3,840,096 tokens (the decode pool's), the gateway's budget; workload default"),
-], ids=["fleet", "mixed-fleet", "mixed-caps", "autoscaled", "disaggregated"])
+], ids=["fleet", "mixed-fleet", "mixed-caps", "one-gpu-fleet", "autoscaled", "disaggregated"])
 def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) -> None:
     """A fleet's replicas (their GPUs where they differ, an autoscaled one's bounds) and a
     disaggregated deployment's pools, each with its GPU, TP and scheduler caps: the KV

@@ -133,6 +133,25 @@ def test_the_presets_notes_are_wrapped_to_the_width() -> None:
             assert all(f"{alias} = {name}" in note for alias, name in GPU_ALIASES.items()), note
 
 
+def test_the_presets_engine_defaults_note_names_each_knob() -> None:
+    """``kvbudget presets`` said '--engine-defaults kvbudget-0.1 for 256 / 8192 / 0.9 / off':
+    four figures without their knobs (the note before them named three knobs in another
+    order), 8192 without the separator the table above gives 8,192. Each figure is now said with
+    its knob's name, from the resolved configurations."""
+    from kvbudget.perf.hardware import GPUS
+    from kvbudget.simulator.engine_config import EngineConfig
+
+    code, stdout, stderr = run("presets")
+    assert code == 0, stderr
+    said = " ".join(stdout.split())
+    old = EngineConfig().resolved(GPUS["H100-SXM"], "kvbudget-0.1")
+    assert (f"--engine-defaults kvbudget-0.1 for max_num_seqs {old.max_num_seqs:,}, "
+            f"max_num_batched_tokens {old.max_num_batched_tokens:,}, gpu_memory_utilization "
+            f"{old.gpu_memory_utilization:g}, prefix caching off, block_size {old.block_size} on "
+            "every GPU") in said, said
+    assert "256 / 8192" not in said
+
+
 def test_every_presets_line_fits_the_width() -> None:
     """Its GPU table (9 columns) ran to 120 columns and its KV-capacity table (a column a GPU)
     to 159: the GPU's figures and vLLM's defaults are two tables, and the capacity table is

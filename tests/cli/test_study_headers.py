@@ -120,7 +120,7 @@ def test_the_studies_tables_say_what_their_p99s_are_over(tmp_path: Path) -> None
     scenario seed's draw, which no replication runs)."""
     over = ("over the completed requests (refused and expired ones have none), TTFT from arrival "
             "at the gateway, its wait included")
-    runs = {
+    runs: dict[str, list[object]] = {
         "sweep": ["sweep", "-r", "1", "-j", "1", "--no-plot", "--out", tmp_path / "s"],
         "compare": ["compare", "--policies", "unlimited,conservative", "-r", "2", "-j", "1"],
         "plan": ["plan", "--gpus", "H100-80GB", "--replicas", "1", "-r", "1", "-j", "1",
@@ -190,7 +190,8 @@ def doc_scenario(doc: str, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed"])
+@pytest.mark.parametrize("deployment", ["disaggregation.md", "autoscaling.md", "mixed",
+                                        "one-gpu fleet"])
 def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
         deployment: str, tmp_path: Path) -> None:
     """A disaggregated deployment (docs/disaggregation.md's), an autoscaled fleet
@@ -199,7 +200,10 @@ def test_a_study_of_pools_or_a_scaled_or_mixed_fleet_says_what_simulate_says(
     H100-SXM)': no router, no pool's engine knobs nor the [engine] ones, no KV capacity, which
     simulate's line says. Each is resolved before the runs as the run resolves it (each pool's,
     each replica GPU's setup), and said in simulate's words."""
-    if deployment == "mixed":
+    if deployment == "one-gpu fleet":  # fleet.gpus naming one GPU, not the run's
+        where = ["--set", 'fleet.gpus=["A100-80GB", "A100-80GB"]', "--set",
+                 "fleet.num_replicas=2"]
+    elif deployment == "mixed":
         where = ["--set", 'fleet.gpus=["H100", "H100", "A100-80GB"]', "--set",
                  "fleet.num_replicas=3"]
     else:
@@ -226,3 +230,70 @@ def test_a_study_that_varies_the_deployment_says_no_capacity_of_the_scenarios_fl
     first = served(lines(stderr)[0], "model ")
     assert first.endswith("gpu_memory_utilization 0.92)"), first
     assert "(at " not in first and "KV capacity " not in first.split("), engine ")[1], first
+
+
+ASSUMED_GPU = "H100-SXM (assumed: the default scenario's H100-80GB)"
+ASSUMED_MODEL = "Llama-3.1-8B (assumed: the default scenario's)"
+GIVEN = ("--gpu", "H100-80GB", "--model", "Llama-3.1-8B")
+KINDS = {
+    "disaggregated": ["--set", "disaggregation.prefill.num_replicas=1",
+                      "--set", "disaggregation.decode.num_replicas=2"],
+    "autoscaled": ["--set", "fleet.autoscale.min_replicas=1",
+                   "--set", "fleet.autoscale.max_replicas=2"],
+    "colocated": [],
+}
+HEADERS = {"simulate": (["simulate"], "simulated: "),
+           **{name: (args, "model ") for name, args in STUDIES.items()}}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("command", list(HEADERS))
+def test_a_pools_gpu_says_it_was_assumed_as_one_engines_does(
+        kind: str, command: str, tmp_path: Path) -> None:
+    """``simulate`` (and every study) on a disaggregated deployment said 'prefill: 1 replica of
+    H100-SXM, ...; decode: 2 replicas of H100-SXM' where nobody gave the GPU: the colocated
+    line's '(assumed: the default scenario's H100-80GB)' was dropped from the pools, and with
+    it every knob but the weights (max_model_len, chunked prefill, prefix caching, the KV
+    dtype, block size, gpu_memory_utilization). Each pool's GPU is now said as one engine's
+    is, and the same line with the GPU and the model given differs exactly there."""
+    args, prefix = HEADERS[command]
+    said = {}
+    for case, given in (("assumed", ()), ("given", GIVEN)):
+        code, stdout, stderr = run(*(a.replace("{out}", str(tmp_path / case)) for a in args),
+                                   *KINDS[kind], *given, *SMALL)
+        assert code == 0, stderr
+        said[case] = served(lines(stdout if command == "simulate" else stderr)[0], prefix)
+    num = 2 if kind == "disaggregated" else 1
+    assert said["assumed"].count(ASSUMED_GPU) == num, said["assumed"]
+    assert said["assumed"].replace(ASSUMED_GPU, "H100-SXM (given as H100-80GB)").replace(
+        ASSUMED_MODEL, "Llama-3.1-8B") == said["given"]
+    assert "assumed" not in said["given"], said["given"]
+    # the knobs a colocated engine says, said once for the pools (each pool's prefix caching
+    # its own: a decode replica's KV comes over the link)
+    knobs = ("max_model_len 131,072, chunked prefill on, " if kind == "disaggregated" else
+             "max_model_len 131,072, chunked prefill on, prefix caching on (no prefixes to "
+             "share), ") + "bfloat16 weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92)"
+    assert knobs in said["given"], said["given"]
+    if kind == "disaggregated":
+        assert ("max_num_batched_tokens 8,192, prefix caching on (no prefixes to share); decode: "
+                in said["given"] and "prefix caching off), engine vllm" in said["given"]), said
+
+
+def test_a_mixed_fleets_gpus_are_said_as_one_engines(tmp_path: Path) -> None:
+    """A fleet over two GPUs said '2 of H100, max_num_seqs 1,024, ...; 1 of A100-80GB, ...' (the
+    names as typed, where one engine's line says 'H100-SXM (given as H100)') and, its
+    replicas' caps differing, no knob at all of the engine (max_model_len, prefix caching,
+    the KV dtype, gpu_memory_utilization): each GPU is said as one engine's, the knobs no
+    GPU's defaults set once."""
+    code, stdout, stderr = run("simulate", "--gpu", "H100", *SMALL)
+    assert code == 0, stderr
+    one = served(lines(stdout)[0], "simulated: ")
+    where = ["--set", 'fleet.gpus=["H100", "A100-80GB", "H100"]', "--set", "fleet.num_replicas=3"]
+    for args in (["simulate"], ["compare", "--policies", "conservative", "-r", "2", "-j", "1"]):
+        code, stdout, stderr = run(*args, *where, *SMALL)
+        assert code == 0, stderr
+        mixed = served(lines(stdout if args == ["simulate"] else stderr)[0],
+                       "simulated: " if args == ["simulate"] else "model ")
+        assert "3 replicas (2 of H100-SXM (given as H100), max_num_seqs 1,024" in mixed, mixed
+        knobs = one[one.index("max_model_len"):one.index("), KV capacity")]
+        assert f"unset knobs, {knobs})" in mixed, (knobs, mixed)

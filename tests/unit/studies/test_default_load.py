@@ -102,17 +102,26 @@ def test_make_demo_says_the_load_against_the_capacity(conservative_capacity_rps:
 def test_make_demo_ties_the_drawn_rate_to_the_offered_one() -> None:
     """``make demo``'s first lines said "requests at 5.5 req/s" and its last "conclusion at 5.4
     req/s offered": two rates for one run, unexplained. Its first lines now say which is
-    which, the offered one as the conclusion prints it (``conclude``'s ``.3g``)."""
+    which, the offered one as the conclusion prints it (``conclude``'s ``.3g``); and "70 %
+    interactive" above a mix line saying "interactive 1,122 (69%)": the chance each request is
+    drawn with, and this seed's share, each said as what it is."""
     from kvbudget.analysis.conclusion import offered_rate_rps
 
     said = demo_first_lines()
-    m = re.search(r"([\d.]+) req/s is the Poisson rate they are drawn at: this seed's ([\d,]+) "
-                  r"requests arrive at ([\d.]+) req/s, the offered rate the tables and their "
-                  r"conclusion name", said)
+    m = re.search(r"([\d.]+) req/s is the Poisson rate they are drawn at and ([\d.]+) % each "
+                  r"request's chance of the interactive tier: this seed's ([\d,]+) requests, "
+                  r"(\d+) % interactive, arrive at ([\d.]+) req/s, the offered rate the tables "
+                  r"and their conclusion name", said)
     assert m, said
-    workload = default_scenario().workload()
+    scenario = default_scenario()
+    workload = scenario.workload()
     window = float(workload.arrival_s[-1] - workload.arrival_s[0])
     rate = offered_rate_rps({"offered_window_s": window, "overall": {"offered": len(workload)}})
     assert float(m.group(1)) == DEFAULT_RATE_RPS
-    assert int(m.group(2).replace(",", "")) == len(workload)
-    assert rate is not None and m.group(3) == f"{rate:.3g}", (m.group(3), rate)
+    shares = {t["name"]: t["share"] for t in scenario.spec.workload["tiers"]}
+    assert float(m.group(2)) == pytest.approx(100 * shares["interactive"]), shares
+    assert int(m.group(3).replace(",", "")) == len(workload)
+    # the seed's draw, as the mix line under the table's first line says it ("1,122 (69%)")
+    interactive = int((workload.tier == workload.tier_names.index("interactive")).sum())
+    assert m.group(4) == f"{100 * interactive / len(workload):.0f}", (m.group(4), interactive)
+    assert rate is not None and m.group(5) == f"{rate:.3g}", (m.group(5), rate)
