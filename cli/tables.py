@@ -267,15 +267,21 @@ def units_note(wide: bool, window: Any) -> str:
     return note
 
 
+def _few(done: Sequence[int]) -> int | None:
+    """The fewest completed requests of the rows that completed any, where a p99 over them
+    rests on :data:`~kvbudget.analysis.validation.FEW_FOR_P99` or fewer; None otherwise."""
+    fewest = min((n for n in done if n > 0), default=0)
+    return fewest if 0 < fewest <= FEW_FOR_P99 else None
+
+
 def few_completed_said(summaries: Sequence[dict[str, Any]]) -> str:
     """The clause of the note under the runs' tables where a row's p99 rests on 100 completed
     requests or fewer (:data:`~kvbudget.analysis.validation.FEW_FOR_P99`): it is then between
     the two largest values, about the maximum; ``""`` where every row has more."""
-    done = [int(b.get("completed") or 0) for s in summaries
-            for b in (s.get("overall") or {}, *(s.get("tiers") or {}).values())
-            if isinstance(b, Mapping)]
-    fewest = min((n for n in done if n > 0), default=0)
-    if not 0 < fewest <= FEW_FOR_P99:
+    fewest = _few([int(b.get("completed") or 0) for s in summaries
+                   for b in (s.get("overall") or {}, *(s.get("tiers") or {}).values())
+                   if isinstance(b, Mapping)])
+    if fewest is None:
         return ""
     return (f"; a p99 over {FEW_FOR_P99} completed requests or fewer (a row's done; here as few "
             f"as {fewest:,}) lies between the two largest values, about the maximum, which one "
@@ -288,10 +294,9 @@ def few_in_runs_said(runs: Sequence[Mapping[Any, Any]], tiers: Sequence[str]) ->
     fewer (:data:`~kvbudget.analysis.validation.FEW_FOR_P99`, as :func:`few_completed_said`
     says it under simulate's table): it is then between the two largest values, about the
     maximum; ``""`` where every run has more."""
-    done = [int(n) for r in runs for t in tiers
-            if isinstance(n := r.get(f"{t}_completed"), int | float) and math.isfinite(n)]
-    fewest = min((n for n in done if n > 0), default=0)
-    if not 0 < fewest <= FEW_FOR_P99:
+    fewest = _few([int(n) for r in runs for t in tiers
+                   if isinstance(n := r.get(f"{t}_completed"), int | float) and math.isfinite(n)])
+    if fewest is None:
         return ""
     return (f" (a p99 over {FEW_FOR_P99} completed requests or fewer, here as few as "
             f"{fewest:,} in a run, lies between the two largest values, about the maximum, "

@@ -323,6 +323,14 @@ def test_a_table_of_runs_is_said_to_hold_no_request(tmp_path: Path, name: str) -
     with pytest.raises(TraceError) as records:
         read_recording(path)
     assert records.value.problem.startswith("holds aggregate figures, one ")
+    for stderr in _said_by_trace_commands(tmp_path, path, records.value.problem):
+        assert "--column" not in stderr and "pass a format" not in stderr
+
+
+def _said_by_trace_commands(tmp_path: Path, path: Path, problem: str) -> list[str]:
+    """What simulate --trace, trace stats and a scenario's trace say of ``path``: each exits 2
+    with validate --records' refusal (``problem``) as a trace's; their stderr."""
+    said = []
     for args in (
         ["simulate", "--trace", path],
         ["trace", "stats", path],
@@ -330,8 +338,9 @@ def test_a_table_of_runs_is_said_to_hold_no_request(tmp_path: Path, name: str) -
     ):
         code, _, stderr = run(*args)
         assert code == 2, stderr
-        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
-        assert "--column" not in stderr and "pass a format" not in stderr
+        assert flat(stderr) == f"error: {path}: not a trace: it {problem}", stderr
+        said.append(stderr)
+    return said
 
 
 def test_requests_never_timed_from_a_send_are_said_to_be_so(tmp_path: Path) -> None:
@@ -356,14 +365,7 @@ def test_requests_never_timed_from_a_send_are_said_to_be_so(tmp_path: Path) -> N
     with pytest.raises(TraceError) as records:
         read_recording(path)
     assert "with no send time among their keys" in records.value.problem
-    for args in (
-        ["simulate", "--trace", path],
-        ["trace", "stats", path],
-        ["simulate", "--scenario", _scenario(tmp_path, path)],
-    ):
-        code, _, stderr = run(*args)
-        assert code == 2, stderr
-        assert flat(stderr) == f"error: {path}: not a trace: it {records.value.problem}", stderr
+    for stderr in _said_by_trace_commands(tmp_path, path, records.value.problem):
         assert "dataset of conversations" not in stderr
 
 
