@@ -126,6 +126,28 @@ def test_a_speech_recognition_run_is_refused_not_read_as_four_token_prompts(tmp_
     assert not (tmp_path / "cost.json").exists() and not (tmp_path / "t.csv").exists()
 
 
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        (RECORDINGS / "vllm-bench-0.32.0/pooling/rerank_rate8.json", "of a pooling backend"),
+        (AUDIO, "of the openai-audio backend"),
+    ],
+    ids=["rerank", "audio"],
+)
+def test_report_says_what_the_file_is_not_to_run_validate_which_refuses_it(
+    path: Path, said: str
+) -> None:
+    # report told it "a load tool's recording (vllm bench serve), not a run directory: kvbudget
+    # validate --records F --out DIR ...", a command that refuses the file
+    result = CliRunner().invoke(app, ["report", str(path)])
+    assert result.exit_code == 2
+    lines = unwrapped(result.output)
+    assert (
+        len(lines) == 1 and f"{path}: not a run directory: it is a vllm bench serve run" in lines[0]
+    )
+    assert said in lines[0] and "validate --records" not in lines[0]
+
+
 def test_an_audio_run_is_known_by_its_rtfx_where_no_backend_is_saved(tmp_path: Path) -> None:
     # rtfx (audio seconds over the run's) is nonzero for audio requests alone (serve.py line 780)
     path = tmp_path / "asr.json"
