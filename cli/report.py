@@ -10,6 +10,7 @@ from kvbudget.cli.errors import CliError, check_out_dir, user_errors
 from kvbudget.cli.progress import Bar
 from kvbudget.results.recordings import (
     detect_recording_format,
+    read_recording,
     recording_tool,
     refuse_unreadable_records,
 )
@@ -58,6 +59,7 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         return
     if fmt in ("records", "run"):
         return
+    _refuse_unread(path, fmt, flag)
     raise CliError(
         f"{flag}{path}: a load tool's recording ({recording_tool(path, fmt)}), not a run "
         "directory: "
@@ -65,6 +67,20 @@ def _refuse_recording(path: Path, flag: str = "") -> None:
         "with it (DIR/validate.png, validation.csv) and writes the simulated run to "
         "DIR/sim, which report takes"
     )
+
+
+def _refuse_unread(path: Path, fmt: str, flag: str) -> None:
+    """A tool's file of requests that ``validate --records`` refuses by name (a vllm bench serve
+    run of a pooling or audio backend: its requests generated no text) was sent on to
+    ``validate --records``, which refused it: it is told what the file is, as ``simulate
+    --trace`` tells it (results/recording_named.py)."""
+    try:
+        read_recording(path, format=fmt)
+    except TraceError as exc:
+        if exc.problem.startswith(("is ", "holds ")):
+            raise CliError(f"{flag}{path}: not a run directory: it {exc.problem}") from None
+    except (OSError, ValueError, LookupError, RecursionError):
+        return
 
 
 def report_cmd(

@@ -24,7 +24,11 @@ from kvbudget.results.recorded_llama_benchy import llama_benchy_report_refusal
 from kvbudget.results.recorded_locust import locust_csv_refusal, locust_refusal
 from kvbudget.results.recorded_merges import ray_serve_merge_refusal
 from kvbudget.results.recorded_trtllm_bench import trtllm_bench_refusal
-from kvbudget.results.recorded_vllm_bench_client import forward_said, pooling_problem
+from kvbudget.results.recorded_vllm_bench_client import (
+    audio_problem,
+    forward_said,
+    pooling_problem,
+)
 from kvbudget.results.recorded_vllm_benchmark import (
     vllm_benchmark_csv_refusal,
     vllm_benchmark_refusal,
@@ -573,6 +577,7 @@ def _object_refusal(doc: Mapping[str, Any]) -> str | None:
         or _multi_turn_refusal(doc)
         or _inferencex_refusal(doc)
         or pooling_problem(doc)
+        or audio_problem(doc)
         or _inputs_json_refusal(doc)
         or _genai_perf_summary_refusal(doc)
         or k6_refusal(doc)

@@ -73,6 +73,7 @@ from kvbudget.results.recorded_vllm_bench_client import (
     drawn_ahead,
     first_prompt_note,
     ignore_eos_note,
+    refuse_audio,
     refuse_pooling,
     role_chunk,
     scaled_sends,
@@ -721,6 +722,7 @@ def _run(path: Path, doc: Mapping[str, Any], line: int | None, seed: int,
     if fast:
         raise TraceError(path, fast, **_where(line, "input_lens"))
     refuse_pooling(path, doc, line)
+    refuse_audio(path, doc, line)
     prompt = _numbers(path, doc, "input_lens", None, line)
     assert prompt is not None
     n = len(prompt)

@@ -6,6 +6,7 @@ file does hold (its ``backend``, the shape of its lists) and said in a note:
 * a chat run of vLLM 0.32 or earlier took the server's opening role chunk for the first token
   (:func:`role_chunk`);
 * a pooling run (embeddings, rerank) generated nothing (:func:`refuse_pooling`);
+* an ``openai-audio`` run's prompts were audio clips, not its ``input_lens`` (:func:`refuse_audio`);
 * the client sets ``ignore_eos`` itself for its random datasets (:func:`ignore_eos_note`);
 * a chat run's ``input_lens`` hold the chat template's tokens from vLLM 0.20.0, not before
   (:func:`chat_template_note`);
@@ -102,6 +103,54 @@ def refuse_pooling(path: Path, doc: Mapping[str, Any], line: int | None) -> None
     if problem:
         where: dict[str, Any] = {"line": line} if line is not None else {}
         raise TraceError(path, problem, field="backend", **where)
+
+
+AUDIO_BACKENDS = ("openai-audio",)
+"""The backend that uploads audio clips to ``/v1/audio/transcriptions`` or ``translations``
+(``ASYNC_REQUEST_FUNCS``: ``async_request_openai_audio``; benchmark_serving.py's
+``backend_request_func.py`` had it under the same name, 0.8.5 line 602)."""
+
+
+def audio_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a run of the ``openai-audio`` backend (speech recognition, Whisper) is refused, or None.
+
+    Its result has a generation run's keys (``TaskType.GENERATION``), but each request uploads
+    an audio clip: ``input_lens`` hold the decoder prompt's few tokens (ASRDataset.sample:
+    ``len(tokenizer("<|startoftranscript|><|en|><|transcribe|><|notimestamps|>").input_ids)``
+    for an ``openai/`` tokenizer, 0.32.0 vllm/benchmarks/datasets/datasets.py lines 3991-4006),
+    not the audio the encoder reads; ``ttfts`` is the first transcript chunk, after the encoder
+    ran (``async_request_openai_audio``, endpoint_request_func.py from line 648), and ``rtfx``
+    the seconds of audio per second of run (serve.py ``calculate_metrics`` line 780, ``rtfx=
+    input_audio_duration / dur_s``, nonzero for audio requests alone). kvbudget's engine runs
+    decoder-only text requests: it would simulate prompts of a few tokens and no encoder."""
+    backend = client_backend(doc)
+    rtfx = doc.get("rtfx")
+    timed = isinstance(rtfx, int | float) and not isinstance(rtfx, bool) and rtfx > 0
+    if backend not in AUDIO_BACKENDS and not timed:
+        return None
+    lens = doc.get("input_lens")
+    few = ""
+    if isinstance(lens, list) and lens and all(isinstance(x, int) for x in lens):
+        few = f" ({min(lens)}-{max(lens)} here)" if min(lens) != max(lens) else f" ({lens[0]} here)"
+    audio = f", rtfx {rtfx:.3g}: seconds of audio per second of run" if timed else ""
+    return (
+        "is a vllm bench serve run of the openai-audio backend (speech transcription or "
+        f"translation: each request uploaded an audio clip{audio}); its input_lens count the "
+        f"decoder prompt's tokens{few}, not the audio the encoder read, and its TTFT includes "
+        "the encoder's run: kvbudget simulates text generation by a decoder-only model, which "
+        "would read these as prompts of a few tokens; record a text generation backend (vllm, "
+        "openai, openai-chat)"
+    )
+
+
+def refuse_audio(path: Path, doc: Mapping[str, Any], line: int | None) -> None:
+    """Refuse a speech-recognition run (:func:`audio_problem`), naming the line of an
+    ``--append-result`` file."""
+    problem = audio_problem(doc)
+    if problem:
+        where: dict[str, Any] = {"line": line} if line is not None else {}
+        field = "backend" if client_backend(doc) in AUDIO_BACKENDS else "rtfx"
+        raise TraceError(path, problem, field=field, **where)
 
 
 def role_chunk(doc: Mapping[str, Any], output: FloatArray, ttft: FloatArray,

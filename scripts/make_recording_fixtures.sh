@@ -17,6 +17,8 @@
 #                                                      # vllm-0.10.2 (an older client),
 #                                                      # vllm-0.33.0, vllm-0.34.0 (newer
 #                                                      # clients, PyPI's CUDA wheels),
+#                                                      # vllm-bench-pooling (embeddings,
+#                                                      # pooling, rerank: refused),
 #                                                      # vllm-benchmark-serving-0.8.5,
 #                                                      # vllm-benchmark-serving-0.6.6.post1,
 #                                                      # vllm-benchmark-serving-0.10.1.1
@@ -424,6 +426,56 @@ run_vllm_new() {
     # saves each one's traceback and exits 0), 3 requests (argparse keeps the last --num-prompts)
     "$bin/vllm" "${common[@]}" "${random[@]}" --num-prompts 3 --request-rate 8 \
         --result-filename server_down.json
+}
+
+# run_vllm_pooling: `vllm bench serve` of the pooling backends (vllm/benchmarks/lib/
+# endpoint_request_func.py POOLING_BACKENDS), kept in vllm-bench-VERSION/pooling/, 10 prompts
+# each: the tiny Llama served with --runner pooling (vLLM 0.32.0 resolves --convert auto to
+# embed for a *ForCausalLM: last-token pooling, tasks embed and token_embed) for the
+# openai-embeddings backend on /v1/embeddings at a rate and under a cap and the vllm-pooling
+# backend on /pooling, by the 0.32.0 client and the 0.33.0 and 0.34.0 ones (vllm_cuda_venv);
+# then served with --convert classify and one label (tasks classify, token_classify: /rerank
+# answers) for the vllm-rerank backend on /v1/rerank with the random-rerank dataset (a query and
+# 3 documents a request). These files hold no output tokens, TTFT nor inter-token times
+# (serve.py benchmark(): EmbedBenchmarkMetrics); kvbudget refuses them. Needs a server of its
+# own (it restarts it twice), so not with KVBUDGET_FIXTURE_URL.
+run_vllm_pooling() {
+    if [[ -n "${KVBUDGET_FIXTURE_URL:-}" ]]; then
+        echo "make_recording_fixtures: vllm-bench-pooling restarts the server; not run with KVBUDGET_FIXTURE_URL" >&2
+        return 0
+    fi
+    local version dest ver bin
+    version=$("$VLLM_PY" -c "import importlib.metadata as m; print(m.version('vllm'))")
+    dest="$OUT/vllm-bench-${version%+cpu}/pooling"
+    mkdir -p "$dest"
+    rm -f "$dest"/*.json
+    stop_server
+    start_server --runner pooling --convert embed
+    local common=(bench serve --model tiny --tokenizer "$MODEL_DIR" --num-prompts 10 --seed 0
+                  --save-result --save-detailed --disable-tqdm)
+    local random=(--dataset-name random --random-input-len 32 --random-output-len 16)
+    local embed=(--backend openai-embeddings --endpoint /v1/embeddings)
+    "$VLLM_BIN/vllm" "${common[@]}" --base-url "$URL" --result-dir "$dest" "${random[@]}" \
+        "${embed[@]}" --request-rate 8 --result-filename embeddings_rate8.json
+    "$VLLM_BIN/vllm" "${common[@]}" --base-url "$URL" --result-dir "$dest" "${random[@]}" \
+        "${embed[@]}" --max-concurrency 4 --result-filename embeddings_concurrency4.json
+    "$VLLM_BIN/vllm" "${common[@]}" --base-url "$URL" --result-dir "$dest" "${random[@]}" \
+        --backend vllm-pooling --endpoint /pooling --request-rate 8 \
+        --result-filename pooling_rate8.json
+    for ver in 0.33.0 0.34.0; do
+        bin=$(dirname "$(vllm_cuda_venv "$ver")")
+        mkdir -p "$OUT/vllm-bench-$ver/pooling"
+        rm -f "$OUT/vllm-bench-$ver/pooling"/*.json
+        "$bin/vllm" "${common[@]}" --base-url "$URL" --result-dir "$OUT/vllm-bench-$ver/pooling" \
+            "${random[@]}" "${embed[@]}" --request-rate 8 --result-filename embeddings_rate8.json
+    done
+    stop_server
+    start_server --runner pooling --convert classify --hf-overrides '{"num_labels": 1}'
+    "$VLLM_BIN/vllm" "${common[@]}" --base-url "$URL" --result-dir "$dest" \
+        --dataset-name random-rerank --random-input-len 32 --random-batch-size 3 \
+        --backend vllm-rerank --endpoint /v1/rerank --request-rate 8 \
+        --result-filename rerank_rate8.json
+    stop_server  # the next tool gets a plain server
 }
 
 # vllm_src VERSION PYTHON: benchmarks/ of vLLM's source at release VERSION (its PyPI sdist, the same tree
@@ -1859,7 +1911,7 @@ run_vllm_otel() {
 
 mkdir -p "$OUT"
 TOOLS=("$@")
-[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-0.33.0 vllm-0.34.0 vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 vllm-benchmark-serving-0.10.1.1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
+[[ ${#TOOLS[@]} -gt 0 ]] || TOOLS=(vllm vllm-offline vllm-options vllm-datasets vllm-timed vllm-ranges vllm-files vllm-0.10.2 vllm-0.33.0 vllm-0.34.0 vllm-bench-pooling vllm-benchmark-serving-0.8.5 vllm-benchmark-serving-0.6.6.post1 vllm-benchmark-serving-0.10.1.1 guidellm guidellm-timed guidellm-rampup guidellm-options guidellm-turns guidellm-replay guidellm-0.7.4 guidellm-0.6.1 guidellm-0.5.4
                                     guidellm-timed-0.7.4 guidellm-timed-0.5.4 guidellm-0.4.0 guidellm-0.3.1 guidellm-0.2.1 aiperf
                                     aiperf-0.12.0 aiperf-0.10.0 aiperf-timed
                                     aiperf-timed-open aiperf-trace aiperf-options aiperf-chat
@@ -1872,7 +1924,8 @@ TOOLS=("$@")
                                     vllm-otel dynamo)
 for tool in "${TOOLS[@]}"; do
     echo "make_recording_fixtures: $tool" >&2
-    [[ -n "$SERVER_PID" || "$tool" == vllm-otel || "$tool" == dynamo ]] || start_server
+    [[ -n "$SERVER_PID" || "$tool" == vllm-otel || "$tool" == dynamo || "$tool" == vllm-bench-pooling ]] \
+        || start_server
     case "$tool" in
     vllm) run_vllm ;;
     vllm-offline) run_vllm_offline ;;
@@ -1881,6 +1934,7 @@ for tool in "${TOOLS[@]}"; do
     vllm-timed) run_vllm_timed ;;
     vllm-ranges) run_vllm_ranges ;;
     vllm-files) run_vllm_files ;;
+    vllm-bench-pooling) run_vllm_pooling ;;
     vllm-benchmark-serving-*) run_vllm_src "${tool#vllm-benchmark-serving-}" ;;
     vllm-0.3[3-9].*) run_vllm_new "${tool#vllm-}" ;;
     vllm-[0-9]*) run_vllm_old "${tool#vllm-}" ;;

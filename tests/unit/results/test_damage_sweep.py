@@ -67,6 +67,9 @@ NOT_READ = (
     "recordings/inference-perf-0.7.0/all_failed",
     "recordings/sglang-0.5.9/gsp_turns2_rate8.jsonl",
     "recordings/vllm-bench-0.32.0/offline",
+    "recordings/vllm-bench-0.32.0/pooling",  # pooling runs (test_vllm_bench_pooling_runs)
+    "recordings/vllm-bench-0.33.0/pooling",
+    "recordings/vllm-bench-0.34.0/pooling",
     "recordings/vllm-bench-0.33.0/server_down.json",
     "recordings/vllm-bench-0.34.0/server_down.json",
     "recordings/vllm-benchmark-0.1.1",  # vllm_bench's: no request (test_recording_vllm_benchmark)
