@@ -733,6 +733,41 @@ def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) ->
         first
 
 
+@pytest.mark.parametrize(("gpus", "caps"), [
+    # two A100s on a run whose GPU (the default scenario's H100) none of them is: summary.json
+    # said max_num_seqs 1,024 and max_num_batched_tokens 8,192, the H100's, beside a header
+    # saying the A100s' 256 and 2,048
+    ('["A100-80GB","A100-80GB"]', {"max_num_seqs": 256, "max_num_batched_tokens": 2048}),
+    # an L40S beside an H100: each replica's own caps, none for the fleet
+    ('["L40S","H100-80GB"]', None),
+], ids=["one-gpu-fleet", "mixed-caps"])
+def test_a_fleets_summary_says_the_knobs_its_replicas_ran(
+        gpus: str, caps: dict[str, int] | None, tmp_path: Path) -> None:
+    """summary.json's ``engine_knobs`` are the knobs the replicas ran on the GPUs ``fleet.gpus``
+    names, as the ``simulated:`` line says them; caps that differ between replicas are each
+    replica's (``engine.fleet.replicas``), not one GPU's for all."""
+    out = tmp_path / "run"
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--set",
+                               "fleet.num_replicas=2", "--set", f"fleet.gpus={gpus}",
+                               "--out", str(out))
+    assert code == 0, stderr
+    first = _lines(stdout)[0]
+    summary = json.loads((out / "summary.json").read_text())
+    knobs, replicas = summary["engine_knobs"], summary["engine"]["fleet"]["replicas"]
+    for r in replicas:  # each replica's, said with its GPU
+        assert f"max_num_seqs {r['max_num_seqs']:,}, max_num_batched_tokens " \
+            f"{r['max_num_batched_tokens']:,}" in first, first
+    if caps is None:
+        assert not {"max_num_seqs", "max_num_batched_tokens"} & set(knobs), knobs
+        assert len({(r["max_num_seqs"], r["max_num_batched_tokens"]) for r in replicas}) == 2
+    else:
+        assert {k: knobs[k] for k in caps} == caps, knobs
+        assert all({k: r[k] for k in caps} == caps for r in replicas), replicas
+        assert first.count("max_num_seqs") == 1, first  # said once, as the summary has it
+    for k in ("max_model_len", "gpu_memory_utilization"):  # what every replica ran alike
+        assert f"{k} {knobs[k]:,}" in first or f"{k} {knobs[k]:g}" in first, (k, first)
+
+
 def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism() -> None:
     """Qwen2.5-32B's 61 GiB on the decode pool's L4s: the error names the pool and the pool's
     own engine field (engine.tensor_parallel_size would change the prefill pool's too)."""
