@@ -255,14 +255,12 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     and the gateway's token budget: the one given (``gateway_capacity_tokens``), else that
     capacity (one gateway's over it all: not a fleet's per replica nor an autoscaled one's)."""
     knobs = s.get("engine_knobs") or {}
-    budget, blocks = s.get("gateway_capacity_tokens"), knobs.get("num_gpu_blocks")
+    budget = s.get("gateway_capacity_tokens")
     given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
-    if blocks is not None:  # a KV cache set, not the GPU's memory: the preset's is other
-        unused = knobs.get("gpu_memory_utilization")  # given beside it: sizes nothing then
-        given = (f" (engine.num_gpu_blocks {int(blocks):,} given, not sized from the GPU's "
-                 "memory" + ("" if unused is None else
-                             f"; engine.gpu_memory_utilization {float(unused):g}, also given, "
-                             "unused") + ")" + given)
+    if where.startswith("disaggregated"):
+        given = _pools_blocks_given(knobs) + given
+    elif knobs.get("num_gpu_blocks") is not None:
+        given = f" ({_blocks_given(knobs, 'engine.')})" + given
     fleet = (s.get("engine") or {}).get("fleet") or {}
     auto = fleet.get("autoscale")
     # none given: the capacity said is the gateway's budget, but a fleet's per replica or one
@@ -271,8 +269,33 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
             and fleet.get("budget", "global") == "global"):
         given += ", the gateway's budget"
     if where.startswith("disaggregated"):
-        return " (the decode pool's)" + given
+        return given
     return (f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else "") + given
+
+
+def _blocks_given(knobs: Mapping[str, Any], field: str) -> str:
+    """``engine.num_gpu_blocks N given, not sized from the GPU's memory``: a KV cache set
+    (``knobs``' ``num_gpu_blocks``), not the GPU's memory (the preset's is other), with the
+    ``gpu_memory_utilization`` given beside it, which sizes nothing then; ``field``: the
+    knobs' table (``engine.``, or a pool's ``""``, whose table the summary does not keep)."""
+    unused = knobs.get("gpu_memory_utilization")
+    return (f"{field}num_gpu_blocks {int(knobs['num_gpu_blocks']):,} given, not sized from the "
+            "GPU's memory" + ("" if unused is None else
+                              f"; {field}gpu_memory_utilization {float(unused):g}, also given, "
+                              "unused"))
+
+
+def _pools_blocks_given(knobs: Mapping[str, Any]) -> str:
+    """`` (the decode pool's)`` with, per pool whose ``num_gpu_blocks`` was given (its
+    ``engine_knobs``, under ``prefill`` and ``decode``), :func:`_blocks_given` (once where both
+    pools were given the same)."""
+    each = {name: k for name in ("prefill", "decode")
+            if isinstance(k := knobs.get(name), dict) and k.get("num_gpu_blocks") is not None}
+    said = {name: _blocks_given(k, "") for name, k in each.items()}
+    if len(set(said.values())) == 1 and len(said) == 2:
+        return f" (the decode pool's; each pool's {said['decode']})"
+    return (" (the decode pool's" + (f": {said['decode']}" if "decode" in said else "")
+            + (f"; the prefill pool's {said['prefill']}" if "prefill" in said else "") + ")")
 
 
 def _arrivals(s: Mapping[str, Any], num: int) -> str:

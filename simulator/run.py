@@ -446,7 +446,7 @@ class _Simulation:
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
         given = self.config.engine.gpu_memory_utilization
         self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s;
-            pools_knobs(e.setups) if isinstance(e, DisaggFleet)  # a fleet's its replicas'
+            pools_knobs(self.config, e.setups) if isinstance(e, DisaggFleet)  # a fleet's its replicas'
             else fleet_knobs(e.setups, given) if isinstance(e, Fleet)
             else engine_knobs(self.setup.engine, given))
         codes = np.asarray(w.tier, np.int64)

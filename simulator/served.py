@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvbudget.simulator.disagg_config import PoolConfig
+from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
 
@@ -80,9 +80,14 @@ def pool_entry(pool: PoolConfig, setup: ReplicaSetup) -> dict[str, Any]:
     }
 
 
-def pools_knobs(setups: Sequence[ReplicaSetup]) -> dict[str, Any]:
-    """A disaggregated run's ``engine_knobs``: each pool's, not ``[engine]``'s."""
-    return {name: engine_knobs(s.engine) for name, s in zip(POOLS, setups, strict=True)}
+def pools_knobs(config: SimConfig, setups: Sequence[ReplicaSetup]) -> dict[str, Any]:
+    """A disaggregated run's ``engine_knobs``: each pool's, not ``[engine]``'s (with the
+    ``gpu_memory_utilization`` given beside a pool's ``num_gpu_blocks``, as one engine's)."""
+    assert isinstance(config.disaggregation, DisaggConfig)
+    return {
+        name: engine_knobs(s.engine, (pool.engine or config.engine).gpu_memory_utilization)
+        for name, s, pool in zip(POOLS, setups, config.disaggregation.pools, strict=True)
+    }
 
 
 def fleet_knobs(

@@ -100,7 +100,7 @@ def _planned_pools(config: SimConfig, workload: Workload) -> dict[str, Any]:
         "engine": {"engine": config.engine.name,
                    "prefix_caching": _shares(setups[0].engine.enable_prefix_caching, workload),
                    "disaggregation": pools},
-        "engine_knobs": pools_knobs(setups),
+        "engine_knobs": pools_knobs(config, setups),
         "kv_capacity_tokens": decode.num_replicas * _blocks(setups[1])
         * setups[1].engine.block_size,
     }
