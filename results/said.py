@@ -14,7 +14,7 @@ from typing import Any
 
 from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.vllm_releases import SIMULATED_VLLM
-from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.arrival_rate import gaps_said, mean_arrival_rate, span_said
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
@@ -304,22 +304,32 @@ def _arrivals(s: Mapping[str, Any], num: int) -> str:
 
 
 def arrivals_said(num: int, window: Any, note: str = "") -> str:
-    """`` over SPAN (RATE req/s)``: ``num`` arrivals' span, first to last (a summary's
-    ``offered_window_s``, a workload's ``span_s``), and their mean rate
-    (:func:`~kvbudget.workloads.arrival_rate.mean_arrival_rate`, as ``trace stats`` has it),
-    ``note`` after the rate: a trace's times read in the wrong unit show here (a day where a
-    minute was meant). ``""`` below two arrivals or without a span."""
+    """`` over SPAN (RATE req/s: N - 1 gaps between arrivals)``: ``num`` arrivals' span, first
+    to last (a summary's ``offered_window_s``, a workload's ``span_s``), and their mean rate
+    (:func:`~kvbudget.workloads.arrival_rate.mean_arrival_rate`, as ``trace stats`` has it)
+    with the gaps it is over, the span printed to the decimals that give it (``span_said``:
+    "80 requests over 9.9 s (7.96 req/s)" had a reader divide 80 / 9.9 = 8.08); ``note``
+    after the rate: a trace's times read in the wrong unit show here (a day where a minute was
+    meant). ``""`` below two arrivals or without a span."""
     if not isinstance(window, int | float) or not window > 0 or num < 2:
         return ""
-    return rate_said(mean_arrival_rate(num, window) or 0, window, note)
+    unit_s, unit = _span_unit(window)
+    return (f" over {span_said(num, window, unit_s)} {unit} "
+            f"({mean_arrival_rate(num, window) or 0:.3g} req/s{note}: {gaps_said(num)})")
 
 
 def rate_said(rate: float, window: float, note: str = "") -> str:
-    """`` over SPAN (RATE req/s NOTE)``: :func:`arrivals_said`'s words for a span and a rate
-    given (a study's means over its replications' draws)."""
-    span = (f"{window:,.1f} s" if window < 120 else f"{window / 60:,.1f} min"
-            if window < 7200 else f"{window / 3600:,.1f} h")
-    return f" over {span} ({rate:.3g} req/s{note})"
+    """`` over SPAN (RATE req/s NOTE, the mean of the draws' rates ...)``: :func:`arrivals_said`'s
+    words for a mean span and a mean rate given (a study's over its replications' draws, each
+    draw's rate over its own gaps between arrivals: not the mean count over the mean span)."""
+    unit_s, unit = _span_unit(window)
+    return (f" over {window / unit_s:,.1f} {unit} ({rate:.3g} req/s{note}, the mean of the "
+            "draws' rates, each over its gaps between arrivals)")
+
+
+def _span_unit(window: float) -> tuple[float, str]:
+    """The unit a span of ``window`` seconds is said in: seconds, minutes or hours."""
+    return (1.0, "s") if window < 120 else (60.0, "min") if window < 7200 else (3600.0, "h")
 
 
 def _closed_loop(users: Any) -> str:
