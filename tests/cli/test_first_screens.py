@@ -152,6 +152,15 @@ def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path:
     assert "front-end overhead of 0.0 ms" not in said
     assert (f"simulated times include the API server's modelled cost (vllm-api-server: "
             f"{1e3 * per_request_s:.2f} ms a request,") in said, said
+    # validation.json said frontend_overhead_s 0.0 alone, the API server's cost in
+    # sim/summary.json only: it says what the simulated times included, as the screen does
+    validation = json.loads((out / "validation.json").read_text())
+    assert validation["frontend_overhead_s"] == 0.0
+    assert validation["frontend"] == summary["frontend"]
+    included = validation["simulated_times_include"]
+    assert included.startswith("simulated times include the API server's modelled cost "
+                               f"(vllm-api-server: {1e3 * per_request_s:.2f} ms a request,")
+    assert " ".join(included.split()) in said, (included, said)
 
 
 def test_the_slo_line_names_only_the_tiers_the_run_offered(tmp_path: Path) -> None:
