@@ -110,9 +110,15 @@ def test_calibrate_holdout_keeps_its_check_and_every_use_of_the_file_says_it(
     printed = held_out_rows(out)
     for metric, error in held["error"].items():  # the file's figures are the printed ones
         assert printed[metric] == pct(error), (metric, printed, held)
+    # the errors' counts: TTFT and TPOT over the fitted requests not read whole (it said '10
+    # requests' of errors over 5), the held-out ones over none (not measured) and E2E over 10
+    counts = cal["in_sample_counts"]
+    assert counts["e2e_s"] == 10 and 0 < counts["ttft_s"] == counts["tpot_s"] < 10, counts
+    assert held["counts"] == {"ttft_s": 0, "tpot_s": 0, "e2e_s": 10}, held
     line = (f"{cost}: fitted by calibrate --records on rate8.json (vllm bench serve), 10 "
-            f"requests of its 20 measured; in sample: {figures(cal['in_sample_error'])}; held "
-            f"out (the last 0.5, 10 requests): {figures(held['error'])}")
+            f"requests of its 20 measured; in sample: {figures(cal['in_sample_error'])} (TTFT "
+            f"and TPOT over {counts['ttft_s']}, E2E over 10 of them; output tok/s over all 10); "
+            f"held out (the last 0.5, 10 requests): {figures(held['error'])}")
     trace = tmp_path / "second.csv"
     invoke("trace", "convert", str(SECOND), "--out", str(trace))
     _, err = invoke("simulate", "--trace", str(trace), "--cost-model", str(cost), "--gpu",
@@ -167,6 +173,17 @@ def test_fit_said_of_files_that_keep_less() -> None:
     assert line == ("cost.json: fitted by calibrate --records on a.csv (records), 1 request; "
                     "in sample: p50 TTFT not measured; held out the last 0.3, but the file does not keep what that check found "
                     "(calibrate printed it; a file written before the check was kept)")
+    # each error's count where any is over fewer than the requests fitted
+    counted = {"calibration": {"records": "/r/a.csv", "rows": 20, "in_sample_error": {
+        "ttft_p50_s": 0.01, "tpot_p50_s": -0.02, "e2e_p50_s": 0.03},
+        "in_sample_counts": {"ttft_s": 5, "tpot_s": 4, "e2e_s": 20},
+        "held_out": {"fraction": 0.5, "num_requests": 8, "error": {"ttft_p50_s": 0.1},
+                     "counts": {"ttft_s": 8, "tpot_s": 8, "e2e_s": 8}}}}
+    (line,) = fit_said(path, counted)
+    assert line == ("cost.json: fitted by calibrate --records on a.csv (a recording), 20 "
+                    "requests; in sample: p50 TTFT +1.0%, p50 TPOT -2.0%, p50 E2E +3.0% (TTFT "
+                    "over 5, TPOT over 4, E2E over 20 of them; output tok/s over all 20); held "
+                    "out (the last 0.5, 8 requests): p50 TTFT +10.0%"), line
     assert fit_said(path, {"calibration": {"source": "calibrate --url"}}) == ()
     assert fit_said(path, {"kind": "vllm-v1"}) == ()
 
