@@ -163,6 +163,30 @@ def test_a_file_fitted_without_holdout_says_it_had_no_held_out_check(
                             "others"), said
 
 
+def test_a_files_model_from_a_config_json_is_named_by_its_path(tmp_path: Path) -> None:
+    """A file fitted with ``--model path/model/config.json`` was refused on another model as
+    'fitted on H100-SXM / model TP1 EP1': the folder's name, which the user never gave. Both
+    the file's model and the one used are named by the config.json's path, a preset by its
+    name."""
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY))
+    cost = tmp_path / "cost.json"
+    invoke("calibrate", "--records", str(FIRST), "--model", str(config), *FIT, "--out",
+           str(cost))
+    res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=10",
+                                   "--cost-model", str(cost)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: {cost}: fitted on H100-SXM / {config} TP1 EP1, not "
+                                 "H100-SXM / Llama-3.1-8B TP1 EP1;"), res.stderr
+    res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=10",
+                                   "--cost-model", str(cost), "--model", str(config),
+                                   "--gpu", "A100-80GB"])
+    assert res.exit_code == 2, res.output
+    assert f"not A100-80GB / {config} TP1 EP1;" in res.stderr, res.stderr
+    assert "/ model TP1" not in res.stderr
+
+
 def test_fit_said_of_files_that_keep_less() -> None:
     """Hand-made: a file from before the held-out check was kept, one of calibrate --url (no
     recording), and one whose errors are null (a figure undefined on the measured side)."""
