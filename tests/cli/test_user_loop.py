@@ -71,6 +71,33 @@ def test_plan_says_nothing_of_few_requests_over_more_than_100() -> None:
         [*runs, {"interactive_completed": 100}], ["interactive"])
 
 
+def test_tune_says_its_p99s_rest_on_few_requests(tmp_path: Path) -> None:
+    """tune's table gave each setting's p99 TTFT bound over runs of as few as 28 interactive
+    requests without the clause simulate, compare, plan and sweep give: a p99 over 100 or
+    fewer is about the maximum, which one request moves."""
+    import pandas as pd
+
+    args = ["tune", "--param", "engine.max_num_seqs=8:64:int", "--replications", "2",
+            "--grid-points", "2", "--refine-evals", "0", "--validate", "0", "--set",
+            "workload.num_requests=40", "-j", "1"]
+    out, _ = invoke(*args, "--slo", "tiers.interactive.ttft_s.p99<=2", "--out",
+                    str(tmp_path / "a"))
+    runs = pd.read_parquet(tmp_path / "a" / "evidence.parquet")
+    fewest = int(runs["interactive_completed"].min())
+    said = one_line(out)
+    assert (f"'feasible' where every one holds there (a p99 over 100 completed requests or "
+            f"fewer, here as few as {fewest} in a run, lies between the two largest values, "
+            "about the maximum, which one request moves)") in said, said
+    # the objective a p99: said beside it; none shown: nothing said
+    out, _ = invoke(*args, "--objective", "interactive_ttft_p99_s", "--minimize", "--out",
+                    str(tmp_path / "b"))
+    said = one_line(out)
+    assert ("objective: minimise interactive_ttft_p99_s (a p99 over 100 completed requests or "
+            f"fewer, here as few as {fewest} in a run,") in said, said
+    out, _ = invoke(*args, "--out", str(tmp_path / "c"))
+    assert "as few as" not in one_line(out), out
+
+
 FIT = ["--gpu", "H100-SXM", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
        "--block-size", "128", "--num-gpu-blocks", "9", "--max-evals", "3", "--allow-small-fit"]
 SECOND = FIXTURES / "vllm-bench-0.32.0" / "burst05.json"  # 20 requests, 8 req/s, burstier
