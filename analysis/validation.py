@@ -556,6 +556,28 @@ is past ``n - 2`` while ``n <= 100``); a p90 likewise over 10 or fewer."""
 _METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
+def metric_counts(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None = None
+                  ) -> dict[str, int]:
+    """How many requests each of TTFT, TPOT and E2E is compared over (``compare_recorded``'s:
+    completed, of ``rows``, the metric measured: a request whose answer the client read whole
+    has no TTFT or TPOT), ``{"ttft_s": n, ...}``."""
+    keep = (measured["status"] == "completed").to_numpy()
+    if rows is not None:
+        keep = keep & np.asarray(rows, dtype=bool)
+    return {metric: int((keep & np.isfinite(measured[metric].to_numpy(dtype=np.float64))).sum())
+            for metric in _METRIC_WORDS}
+
+
+def counts_said(counts: dict[str, int]) -> str:
+    """``TTFT and TPOT over 5 requests, E2E over 20 requests``: :func:`metric_counts` in
+    words, metrics over the same count said together."""
+    by_count: dict[int, list[str]] = {}
+    for metric, n in counts.items():
+        by_count.setdefault(n, []).append(_METRIC_WORDS.get(metric, metric))
+    return ", ".join(_and(words) + f" over {counted(n, 'request')}"
+                     for n, words in by_count.items())
+
+
 def few_requests_said(measured: pd.DataFrame, stages: Sequence[str] | None = None,
                       rows: npt.NDArray[np.bool_] | None = None) -> str | None:
     """The line under a comparison whose p99s (or p90s) rest on so few requests that they are

@@ -18,6 +18,7 @@ from kvbudget.analysis.validation import (
     REL_ERROR_SAID,
     THROUGHPUT_SAID,
     few_requests_said,
+    metric_counts,
     table_cell,
 )
 from kvbudget.analysis.whole_answer import whole_answer_said
@@ -975,7 +976,8 @@ def calibrate_records(setup: RecordedSetup, out: Path, *, kind: str, holdout: fl
         _print_server_ttft(held)  # the server's own TTFT, as validate --records prints it
         # the file keeps what the check found: every command that uses it says so
         cal.save(out, setup.recording, setup.config, policy=setup.policy, holdout=holdout,
-                 held_out=held_out_block(held.table, held.num_compared, holdout))
+                 held_out=held_out_block(held.table, held.num_compared, holdout,
+                                         metric_counts(setup.recording.records(), ~rows)))
     typer.echo(f"wrote {out}")
 
 
@@ -1126,7 +1128,8 @@ def validate_records(setup: RecordedSetup, out: Path, *, holdout: float | None, 
     if cal is not None and holdout is not None:  # its cost.json keeps what the check found
         cal.save(out / "cost.json", setup.recording, setup.config, policy=setup.policy,
                  holdout=holdout,
-                 held_out=held_out_block(result.table, result.num_compared, holdout))
+                 held_out=held_out_block(result.table, result.num_compared, holdout,
+                                         metric_counts(setup.recording.records(), rows)))
     write_validation(result, setup.recording, out, meta=meta, rows=rows,
                      assumed=[setup.settings_said] if "ASSUMED" in setup.settings_said else [])
     title = ("simulated vs measured" if rows is None else

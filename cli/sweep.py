@@ -369,7 +369,8 @@ def tune_cmd(
         frame = evaluations_frame(result)
         frame.to_csv(out / "evaluations.csv", index=False)
     _print_evaluations(frame, [p.key for p in spec.params], spec.objective, spec.constraints)
-    typer.echo(tune_said(spec, objective_assumed=objective is None))
+    typer.echo(tune_said(spec, objective_assumed=objective is None, few=few_in_runs_said(
+        [r for e in result.evaluations for r in e.rows], _p99_tiers(spec))))
     if result.best is None:
         typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
         raise fail("no setting met the constraints: " +
@@ -381,13 +382,24 @@ def tune_cmd(
     typer.echo("wrote " + ", ".join(str(p) for p in [*written, out / "evaluations.csv"]))
 
 
-def tune_said(spec: TuneSpec, *, objective_assumed: bool) -> str:
+def _p99_tiers(spec: TuneSpec) -> list[str]:
+    """The tiers (``overall`` for every tier's) whose p99 the table shows: the objective's or
+    a constraint's."""
+    return [m.partition("_")[0] for m in (spec.objective, *(c.metric for c in spec.constraints))
+            if "_p99_" in m]
+
+
+def tune_said(spec: TuneSpec, *, objective_assumed: bool, few: str = "") -> str:
     """The line under the evaluations: the objective and its span, what was assumed (the
-    default objective; no constraints, so every setting counts as feasible)."""
+    default objective; no constraints, so every setting counts as feasible); ``few``: the
+    clause of :func:`~kvbudget.cli.tables.few_in_runs_said` where a p99 the table shows (a
+    constraint's bound, or the objective) rests on a run's few requests, as sweep's and
+    plan's tables say it, beside the first p99 named."""
     what = ("batch output tokens per second over the time the work took, first arrival to last "
             "finish" if spec.objective == DEFAULT_OBJECTIVE else "")
+    on_objective = few if "_p99_" in spec.objective else ""
     parts = [f"objective: {'minimise' if not spec.maximize else 'maximise'} {spec.objective}"
-             + (f" ({what})" if what else "")
+             + (f" ({what})" if what else "") + on_objective
              + ("; assumed: the default, --objective to set" if objective_assumed else "")]
     level = f"{spec.confidence:.0%} t interval over {counted(spec.replications, 'replication')}"
     parts.append("constraints: " + (", ".join(str(c) for c in spec.constraints)
@@ -395,6 +407,7 @@ def tune_said(spec: TuneSpec, *, objective_assumed: bool) -> str:
                                     + "column" + ("s " if len(spec.constraints) > 1 else " ")
                                     + ", ".join(f"'{_bound_header(c)}'" for c in spec.constraints)
                                     + "): 'feasible' where every one holds there"
+                                    + ("" if on_objective else few)
                                     if spec.constraints else
                                     "none, so every setting is feasible (assumed: --slo to "
                                     "add one, e.g. tiers.interactive.ttft_s.p99<=2)"))

@@ -28,6 +28,7 @@ from kvbudget.results.recordings import (
     refuse_unreadable_records,
 )
 from kvbudget.results.said import WIDTH, fill
+from kvbudget.workloads.arrival_rate import gaps_said, span_said
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.fetch import SOURCES, fetch
@@ -92,11 +93,14 @@ def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, An
     print(fill(f"{file}  ({stats['format'].replace(' ', NBSP)})").replace(NBSP, " "))
     span = stats["span_s"]
     # in the larger unit as a run's first line says it ("over 58.4 min"), not "2.0 s (0.00 h)"
-    span_text = ("lengths only" if span is None else f"{span:,.1f} s" + (
+    # the span to the decimals that give the rate over its rows' gaps, which it says
+    rows = stats["rows"]
+    span_text = ("lengths only" if span is None else f"{span_said(rows, span, rate_format=',.3f')} s" + (
         "" if span < 120 else f" ({span / 60:,.1f} min)" if span < 7200
         else f" ({span / 3600:,.1f} h)"))
-    print(f"  rows {stats['rows']:,} (dropped {stats['dropped_rows']:,})   span {span_text}   "
-          f"rate {_fmt(stats['rate_rps'], 3)} req/s   inter-arrival CV "
+    gaps = "" if stats["rate_rps"] is None else f" ({gaps_said(rows)})"
+    print(f"  rows {rows:,} (dropped {stats['dropped_rows']:,})   span {span_text}   "
+          f"rate {_fmt(stats['rate_rps'], 3)} req/s{gaps}   inter-arrival CV "
           f"{_fmt(stats['interarrival_cv'], 2)}")
     print(f"  {'tokens':<8}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
     for key, label in (("prompt_tokens", "prompt"), ("output_tokens", "output")):

@@ -35,6 +35,29 @@ def _errors(block: Any) -> str | None:
     return ", ".join(said)
 
 
+_COUNTED = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
+"""The figures whose errors are over the requests that measured them (``in_sample_counts``,
+``held_out.counts``: one read whole has no TTFT nor TPOT); the throughput is over them all."""
+
+
+def _over(counts: Any, num: Any) -> str:
+    """`` (TTFT and TPOT over 5 of them, E2E over 20)``: how many requests each figure's error
+    is over, where any is over fewer than the ``num`` requests said before it; ``""`` where
+    every one is over them all or the file does not keep the counts (one written before)."""
+    if not isinstance(counts, dict) or not isinstance(num, int):
+        return ""
+    # (a figure over none is said 'not measured' already)
+    each = {word: n for key, word in _COUNTED if isinstance(n := counts.get(key), int) and n}
+    if not each or all(n == num for n in each.values()):
+        return ""
+    by_count: dict[int, list[str]] = {}
+    for word, n in each.items():
+        by_count.setdefault(n, []).append(word)
+    said = ", ".join((words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and "
+                      + words[-1]) + f" over {n:,}" for n, words in by_count.items())
+    return f" ({said} of them; output tok/s over all {num:,})"
+
+
 def _count(n: Any, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}" if isinstance(n, int) else f"its {what}s"
 
@@ -54,12 +77,14 @@ def fit_said(path: Path, payload: dict[str, Any]) -> tuple[str, ...]:
     head = (f"{path}: fitted by calibrate --records on {Path(cal['records']).name} ({tool}), "
             f"{_count(cal.get('rows'), 'request')}{of}")
     inside = _errors(cal.get("in_sample_error"))
-    parts = [head + (f"; in sample: {inside}" if inside else "")]
+    parts = [head + (f"; in sample: {inside}{_over(cal.get('in_sample_counts'), cal.get('rows'))}"
+                     if inside else "")]
     held, fraction = cal.get("held_out"), cal.get("holdout")
     errors = _errors(held.get("error")) if isinstance(held, dict) else None
     if isinstance(held, dict) and errors:
         parts.append(f"held out (the last {held.get('fraction', fraction):g}, "
-                     f"{_count(held.get('num_requests'), 'request')}): {errors}")
+                     f"{_count(held.get('num_requests'), 'request')}): {errors}"
+                     + _over(held.get("counts"), held.get("num_requests")))
     elif isinstance(fraction, int | float) and not isinstance(fraction, bool):
         parts.append(f"held out the last {fraction:g}, but the file does not keep what that "
                      "check found (calibrate printed it; a file written before the check was "

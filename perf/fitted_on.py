@@ -58,7 +58,7 @@ from kvbudget.perf.cost_model import (
 )
 from kvbudget.perf.fit_said import fit_said
 from kvbudget.perf.hardware import GPUS, GPUSpec
-from kvbudget.perf.models import ModelSpec, is_preset, kv_element_bytes
+from kvbudget.perf.models import PRESET_SOURCE, ModelSpec, is_preset, kv_element_bytes
 from kvbudget.perf.step_time import VllmStepModel
 
 TRANSFERABLE_VLLM = (*VllmStepModel.FIT_PARAMETERS, "frontend_overhead_s")
@@ -76,8 +76,9 @@ class FitTarget:
     kv_cache_dtype: str = "auto"
 
     def label(self, kv: bool = False) -> str:
-        """``GPU / model TPn EPn``; with ``kv``, the KV cache's dtype too."""
-        return (f"{self.gpu.name} / {self.model.name} TP{self.tensor_parallel_size} "
+        """``GPU / model TPn EPn`` (a preset by its name, a ``config.json`` by its path as
+        given: :func:`model_said`); with ``kv``, the KV cache's dtype too."""
+        return (f"{self.gpu.name} / {model_said(self.model)} TP{self.tensor_parallel_size} "
                 f"EP{self.expert_parallel_size}"
                 + (f", KV cache {self.kv_cache_dtype}" if kv else ""))
 
@@ -85,6 +86,16 @@ class FitTarget:
         """Bytes of one KV element, as the step model reads the cache (``auto``: the
         model's dtype; fp8 and its variants alike)."""
         return kv_element_bytes(self.kv_cache_dtype, self.model.dtype_bytes)
+
+
+def model_said(model: ModelSpec) -> str:
+    """A model as the user gave it: a bundled preset by its name; one read from a
+    ``config.json`` by that file's path (its ``source``), not the name kvbudget gave it
+    (the folder's: 'fitted on H100-SXM / model TP1 EP1' of ``--model path/model/config.json``)."""
+    source = model.source
+    if not source or source.startswith(PRESET_SOURCE):
+        return model.name
+    return source
 
 
 @dataclass(frozen=True)

@@ -837,6 +837,10 @@ def preset_names() -> list[str]:
     return sorted((file[: -len(".json")] for file in _bundled_files().values()), key=str.lower)
 
 
+PRESET_SOURCE = "model preset "
+"""How a bundled preset's ``ModelSpec.source`` begins (a ``config.json``'s is its path)."""
+
+
 @cache
 def _load_bundled(file: str) -> ModelSpec:
     data = json.loads(_bundled_dir().joinpath(file).read_text())
@@ -844,7 +848,7 @@ def _load_bundled(file: str) -> ModelSpec:
     name = file[: -len(".json")]
     published = meta.get("num_params_published")
     return model_from_config(
-        data, name=name, source=f"model preset {name} ({meta.get('hf_repo', '?')})",
+        data, name=name, source=f"{PRESET_SOURCE}{name} ({meta.get('hf_repo', '?')})",
         num_params_published=float(published) if published is not None else None,
     )
 

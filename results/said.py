@@ -14,7 +14,7 @@ from typing import Any
 
 from kvbudget.results.records import TIME_LIMIT_CANCELLED, TIME_LIMIT_NOT_SENT
 from kvbudget.results.vllm_releases import SIMULATED_VLLM
-from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.arrival_rate import gaps_said, mean_arrival_rate, span_said
 from kvbudget.workloads.counted import counted
 
 __all__ = ["CONTEXT_DEFAULT", "CONTEXT_DEFAULT_REFUSED", "WIDTH", "as_given", "context_cut",
@@ -255,14 +255,12 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
     and the gateway's token budget: the one given (``gateway_capacity_tokens``), else that
     capacity (one gateway's over it all: not a fleet's per replica nor an autoscaled one's)."""
     knobs = s.get("engine_knobs") or {}
-    budget, blocks = s.get("gateway_capacity_tokens"), knobs.get("num_gpu_blocks")
+    budget = s.get("gateway_capacity_tokens")
     given = "" if budget is None else f", the gateway's budget {int(budget):,} (given)"
-    if blocks is not None:  # a KV cache set, not the GPU's memory: the preset's is other
-        unused = knobs.get("gpu_memory_utilization")  # given beside it: sizes nothing then
-        given = (f" (engine.num_gpu_blocks {int(blocks):,} given, not sized from the GPU's "
-                 "memory" + ("" if unused is None else
-                             f"; engine.gpu_memory_utilization {float(unused):g}, also given, "
-                             "unused") + ")" + given)
+    if where.startswith("disaggregated"):
+        given = _pools_blocks_given(knobs) + given
+    elif knobs.get("num_gpu_blocks") is not None:
+        given = f" ({_blocks_given(knobs, 'engine.')})" + given
     fleet = (s.get("engine") or {}).get("fleet") or {}
     auto = fleet.get("autoscale")
     # none given: the capacity said is the gateway's budget, but a fleet's per replica or one
@@ -271,8 +269,33 @@ def _capacity_whose(s: Mapping[str, Any], where: str) -> str:
             and fleet.get("budget", "global") == "global"):
         given += ", the gateway's budget"
     if where.startswith("disaggregated"):
-        return " (the decode pool's)" + given
+        return given
     return (f" (at {auto.get('max_replicas')} replicas)" if isinstance(auto, dict) else "") + given
+
+
+def _blocks_given(knobs: Mapping[str, Any], field: str) -> str:
+    """``engine.num_gpu_blocks N given, not sized from the GPU's memory``: a KV cache set
+    (``knobs``' ``num_gpu_blocks``), not the GPU's memory (the preset's is other), with the
+    ``gpu_memory_utilization`` given beside it, which sizes nothing then; ``field``: the
+    knobs' table (``engine.``, or a pool's ``""``, whose table the summary does not keep)."""
+    unused = knobs.get("gpu_memory_utilization")
+    return (f"{field}num_gpu_blocks {int(knobs['num_gpu_blocks']):,} given, not sized from the "
+            "GPU's memory" + ("" if unused is None else
+                              f"; {field}gpu_memory_utilization {float(unused):g}, also given, "
+                              "unused"))
+
+
+def _pools_blocks_given(knobs: Mapping[str, Any]) -> str:
+    """`` (the decode pool's)`` with, per pool whose ``num_gpu_blocks`` was given (its
+    ``engine_knobs``, under ``prefill`` and ``decode``), :func:`_blocks_given` (once where both
+    pools were given the same)."""
+    each = {name: k for name in ("prefill", "decode")
+            if isinstance(k := knobs.get(name), dict) and k.get("num_gpu_blocks") is not None}
+    said = {name: _blocks_given(k, "") for name, k in each.items()}
+    if len(set(said.values())) == 1 and len(said) == 2:
+        return f" (the decode pool's; each pool's {said['decode']})"
+    return (" (the decode pool's" + (f": {said['decode']}" if "decode" in said else "")
+            + (f"; the prefill pool's {said['prefill']}" if "prefill" in said else "") + ")")
 
 
 def _arrivals(s: Mapping[str, Any], num: int) -> str:
@@ -281,22 +304,32 @@ def _arrivals(s: Mapping[str, Any], num: int) -> str:
 
 
 def arrivals_said(num: int, window: Any, note: str = "") -> str:
-    """`` over SPAN (RATE req/s)``: ``num`` arrivals' span, first to last (a summary's
-    ``offered_window_s``, a workload's ``span_s``), and their mean rate
-    (:func:`~kvbudget.workloads.arrival_rate.mean_arrival_rate`, as ``trace stats`` has it),
-    ``note`` after the rate: a trace's times read in the wrong unit show here (a day where a
-    minute was meant). ``""`` below two arrivals or without a span."""
+    """`` over SPAN (RATE req/s: N - 1 gaps between arrivals)``: ``num`` arrivals' span, first
+    to last (a summary's ``offered_window_s``, a workload's ``span_s``), and their mean rate
+    (:func:`~kvbudget.workloads.arrival_rate.mean_arrival_rate`, as ``trace stats`` has it)
+    with the gaps it is over, the span printed to the decimals that give it (``span_said``:
+    "80 requests over 9.9 s (7.96 req/s)" had a reader divide 80 / 9.9 = 8.08); ``note``
+    after the rate: a trace's times read in the wrong unit show here (a day where a minute was
+    meant). ``""`` below two arrivals or without a span."""
     if not isinstance(window, int | float) or not window > 0 or num < 2:
         return ""
-    return rate_said(mean_arrival_rate(num, window) or 0, window, note)
+    unit_s, unit = _span_unit(window)
+    return (f" over {span_said(num, window, unit_s)} {unit} "
+            f"({mean_arrival_rate(num, window) or 0:.3g} req/s{note}: {gaps_said(num)})")
 
 
 def rate_said(rate: float, window: float, note: str = "") -> str:
-    """`` over SPAN (RATE req/s NOTE)``: :func:`arrivals_said`'s words for a span and a rate
-    given (a study's means over its replications' draws)."""
-    span = (f"{window:,.1f} s" if window < 120 else f"{window / 60:,.1f} min"
-            if window < 7200 else f"{window / 3600:,.1f} h")
-    return f" over {span} ({rate:.3g} req/s{note})"
+    """`` over SPAN (RATE req/s NOTE, the mean of the draws' rates ...)``: :func:`arrivals_said`'s
+    words for a mean span and a mean rate given (a study's over its replications' draws, each
+    draw's rate over its own gaps between arrivals: not the mean count over the mean span)."""
+    unit_s, unit = _span_unit(window)
+    return (f" over {window / unit_s:,.1f} {unit} ({rate:.3g} req/s{note}, the mean of the "
+            "draws' rates, each over its gaps between arrivals)")
+
+
+def _span_unit(window: float) -> tuple[float, str]:
+    """The unit a span of ``window`` seconds is said in: seconds, minutes or hours."""
+    return (1.0, "s") if window < 120 else (60.0, "min") if window < 7200 else (3600.0, "h")
 
 
 def _closed_loop(users: Any) -> str:

@@ -373,6 +373,7 @@ class Fleet(ReplicaTotals):
                                   self._next_timer_s, config.timeline_period_s)
         gpus = [self.fleet.gpu_of(r, config.gpu) for r in range(self.fleet.num_slots)]
         setups = self._setups(config, gpus, setup)
+        self.setups = [setups[g] for g in gpus]  # each replica's, as resolved on its GPU
         self._compact = all(
             ENGINE_CLASSES[s.engine.name].rows_grow
             and not (s.engine.enable_prefix_caching and workload.prefix_hashes is not None)

@@ -49,7 +49,13 @@ from kvbudget.simulator.engine_variants import make_engine
 from kvbudget.simulator.fleet import Fleet
 from kvbudget.simulator.kv_offload import OffloadEngine
 from kvbudget.simulator.limits_said import limits_said
-from kvbudget.simulator.served import engine_knobs, jsonable, pools_knobs, served_entries
+from kvbudget.simulator.served import (
+    engine_knobs,
+    fleet_knobs,
+    jsonable,
+    pools_knobs,
+    served_entries,
+)
 from kvbudget.simulator.serving import RequestFigures, ServingEngine
 from kvbudget.simulator.sim_config import FleetConfig, ReplicaSetup, SimConfig, gateway_config
 from kvbudget.simulator.spec_decode import draft_warning
@@ -438,9 +444,11 @@ class _Simulation:
         }
         stats = e.stats(span) if isinstance(e, DisaggFleet) else e.stats()
         self._disagg_columns = e.record_columns() if isinstance(e, DisaggFleet) else None
-        self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s
-            pools_knobs(e.setups) if isinstance(e, DisaggFleet)
-            else engine_knobs(self.setup.engine, self.config.engine.gpu_memory_utilization))
+        given = self.config.engine.gpu_memory_utilization
+        self._knobs_said = (  # a disaggregated run's knobs are its pools', not [engine]'s;
+            pools_knobs(self.config, e.setups) if isinstance(e, DisaggFleet)  # a fleet's its replicas'
+            else fleet_knobs(e.setups, given) if isinstance(e, Fleet)
+            else engine_knobs(self.setup.engine, given))
         codes = np.asarray(w.tier, np.int64)
         if self.token_gaps_of is not None:  # the chosen rows' gaps apart: codes past the tiers'
             codes = codes + len(w.tier_names) * self.token_gaps_of

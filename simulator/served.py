@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvbudget.simulator.disagg_config import PoolConfig
+from kvbudget.simulator.disagg_config import DisaggConfig, PoolConfig
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.sim_config import ReplicaSetup, SimConfig
 
 __all__ = [
     "engine_knobs",
+    "fleet_knobs",
     "jsonable",
     "pool_entry",
     "pools_knobs",
@@ -23,6 +24,9 @@ __all__ = [
 ]
 
 POOLS = ("prefill", "decode")
+REPLICA_KNOBS = ("max_num_seqs", "max_num_batched_tokens")
+"""The knobs a fleet replica's entry (:func:`replica_entry`) keeps: the scheduler caps, the only
+knobs whose defaults are each GPU's (``EngineConfig.resolved``: vLLM's ``batch_defaults``)."""
 
 
 def served_entries(config: SimConfig, setup: ReplicaSetup) -> dict[str, Any]:
@@ -54,8 +58,7 @@ def replica_entry(gpu: str, setup: ReplicaSetup, given: bool) -> dict[str, Any]:
         "gpu": gpu,
         "gpu_given": gpu if given else None,
         "gpu_preset": setup.gpu.name,
-        "max_num_seqs": setup.engine.max_num_seqs,
-        "max_num_batched_tokens": setup.engine.max_num_batched_tokens,
+        **{k: getattr(setup.engine, k) for k in REPLICA_KNOBS},
     }
 
 
@@ -77,9 +80,29 @@ def pool_entry(pool: PoolConfig, setup: ReplicaSetup) -> dict[str, Any]:
     }
 
 
-def pools_knobs(setups: Sequence[ReplicaSetup]) -> dict[str, Any]:
-    """A disaggregated run's ``engine_knobs``: each pool's, not ``[engine]``'s."""
-    return {name: engine_knobs(s.engine) for name, s in zip(POOLS, setups, strict=True)}
+def pools_knobs(config: SimConfig, setups: Sequence[ReplicaSetup]) -> dict[str, Any]:
+    """A disaggregated run's ``engine_knobs``: each pool's, not ``[engine]``'s (with the
+    ``gpu_memory_utilization`` given beside a pool's ``num_gpu_blocks``, as one engine's)."""
+    assert isinstance(config.disaggregation, DisaggConfig)
+    return {
+        name: engine_knobs(s.engine, (pool.engine or config.engine).gpu_memory_utilization)
+        for name, s, pool in zip(POOLS, setups, config.disaggregation.pools, strict=True)
+    }
+
+
+def fleet_knobs(
+    setups: Sequence[ReplicaSetup], given_utilization: float | None = None
+) -> dict[str, Any]:
+    """A fleet's ``engine_knobs``: those its replicas ran, each replica on its own GPU
+    (``setups``: each replica's, ``fleet.gpus``'s GPU where it names one, not the run's),
+    said once where they ran them alike; a knob they ran differently (the scheduler caps of
+    replicas on GPUs whose defaults differ) is left out, said in each replica's entry
+    (:func:`replica_entry`, :data:`REPLICA_KNOBS`), never the run's GPU's figure for all."""
+    each = [engine_knobs(s.engine, given_utilization) for s in setups]
+    keys = {k for knobs in each for k in knobs}
+    differ = {k for k in keys if len({repr(knobs.get(k)) for knobs in each}) > 1}
+    assert differ <= set(REPLICA_KNOBS), differ  # a knob no replica's entry says
+    return {k: v for k, v in each[0].items() if k not in differ}
 
 
 def engine_knobs(e: EngineConfig, given_utilization: float | None = None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kvbudget.analysis.validation import OVERALL, compare_recorded
+from kvbudget.analysis.validation import OVERALL, compare_recorded, metric_counts
 from kvbudget.perf.cost_model import FEATURES, CostModel, LinearCostModel, save_cost_model
 from kvbudget.perf.fit import fit_linear_cost_model
 from kvbudget.perf.fitted_on_write import fitted_on_extra
@@ -258,6 +258,10 @@ class RecordedCalibration:
     """The front-end term measured from the recording's server-side TTFT (used, so no term
     was fitted), or why those figures were not used; None: the recording has none, or no term
     was fitted (:func:`~kvbudget.studies.first_token.measured_front_end`)."""
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    """How many of the fitted requests each of TTFT, TPOT and E2E is compared over
+    (:func:`~kvbudget.analysis.validation.metric_counts`: one read whole has no TTFT nor
+    TPOT), which the file's ``in_sample_counts`` keeps beside its errors."""
     search_stopped: int | None = None
     """``max_evals`` when the search of the step model's parameters ran out of it before it
     converged (or, at 1, did not run): the fitted values are where it stopped, not a minimum;
@@ -372,6 +376,7 @@ class RecordedCalibration:
                 "warnings": self.warnings(),
                 "first_token": self.first_token(config),
                 "in_sample_error": self.in_sample_errors(),
+                "in_sample_counts": self.counts,
                 "held_out": held_out,
                 "uncertainty": (None if self.uncertainty is None
                                 else self.uncertainty.to_json()),
@@ -406,12 +411,16 @@ class RecordedCalibration:
             recording, config, policy=policy, holdout=holdout, held_out=held_out))
 
 
-def held_out_block(table: pd.DataFrame, num_requests: int, fraction: float) -> dict[str, Any]:
+def held_out_block(table: pd.DataFrame, num_requests: int, fraction: float,
+                   counts: Mapping[str, int] | None = None) -> dict[str, Any]:
     """What a held-out check found, for the cost file's ``calibration.held_out``: the part held
-    out (the last ``fraction`` of the recording), the ``num_requests`` compared and each figure's
-    signed relative error over them (stage ``all`` of ``table``, the validation's)."""
+    out (the last ``fraction`` of the recording), the ``num_requests`` compared, how many each
+    of TTFT, TPOT and E2E is over (``counts``: :func:`~kvbudget.analysis.validation.
+    metric_counts`) and each figure's signed relative error over them (stage ``all`` of
+    ``table``, the validation's)."""
     sub = table[table["stage"] == OVERALL]
     return {"fraction": fraction, "num_requests": num_requests,
+            **({} if counts is None else {"counts": dict(counts)}),
             "error": {str(m): (float(e) if math.isfinite(float(e)) else None)
                       for m, e in zip(sub["metric"], sub["rel_error"], strict=True)}}
 
@@ -695,7 +704,8 @@ def _result(trials: _Trials, recording: Recording, measured: pd.DataFrame,
                                num_rows=num_rows, fixed=fixed, simulated=simulated,
                                uncertainty=post, sensitivity=sens, search_bounds=bounds,
                                term=term, stages=tuple(stages),
-                               flat=flat_latency_said(model, measured, rows))
+                               flat=flat_latency_said(model, measured, rows),
+                               counts=metric_counts(measured, rows))
 
 
 def _with(x: npt.NDArray[np.float64], active: list[int], z: npt.NDArray[np.float64]

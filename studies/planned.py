@@ -11,6 +11,7 @@ from kvbudget.simulator.disagg import pool_setup
 from kvbudget.simulator.disagg_config import DisaggConfig
 from kvbudget.simulator.served import (
     engine_knobs,
+    fleet_knobs,
     pool_entry,
     pools_knobs,
     replica_entry,
@@ -43,6 +44,7 @@ def planned_summary(config: SimConfig, workload: Workload) -> dict[str, Any]:
     }
     blocks = _blocks(setup)
     capacity = blocks * e.block_size
+    knobs = engine_knobs(e, config.engine.gpu_memory_utilization)
     if fleet is not None:  # each replica as the fleet resolves it (Fleet._setups): per GPU
         gpus = [fleet.gpu_of(r, str(config.gpu)) for r in range(fleet.num_slots)]
         setups = {g: setup if g == config.gpu else config.replica_setup(g)
@@ -58,12 +60,13 @@ def planned_summary(config: SimConfig, workload: Workload) -> dict[str, Any]:
         }
         blocks = sum(_blocks(setups[g]) for g in gpus)
         capacity = sum(_blocks(setups[g]) * setups[g].engine.block_size for g in gpus)
+        knobs = fleet_knobs([setups[g] for g in gpus], config.engine.gpu_memory_utilization)
     return {
         **served_entries(config, setup),
         "num_gpu_blocks": blocks,
         "block_size": e.block_size,
         "engine": figures,
-        "engine_knobs": engine_knobs(e, config.engine.gpu_memory_utilization),
+        "engine_knobs": knobs,
         "kv_capacity_tokens": capacity,
     }
 
@@ -97,7 +100,7 @@ def _planned_pools(config: SimConfig, workload: Workload) -> dict[str, Any]:
         "engine": {"engine": config.engine.name,
                    "prefix_caching": _shares(setups[0].engine.enable_prefix_caching, workload),
                    "disaggregation": pools},
-        "engine_knobs": pools_knobs(setups),
+        "engine_knobs": pools_knobs(config, setups),
         "kv_capacity_tokens": decode.num_replicas * _blocks(setups[1])
         * setups[1].engine.block_size,
     }

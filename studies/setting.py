@@ -158,7 +158,9 @@ def _drawn_load(scn: Scenario, seeds: Sequence[int], scale: str) -> str:
     num = sum(len(w) for w in drawn) / len(drawn)
     said = (f"{num:,.0f}" if num == int(num) else f"{num:,.1f}") + " requests"
     rates = [mean_arrival_rate(len(w), w.span_s) for w in drawn]
-    if all(r is not None for r in rates):
+    if len(drawn) == 1:  # one draw's rate: over its gaps, as simulate says it
+        said += arrivals_said(len(drawn[0]), drawn[0].span_s, scale)
+    elif all(r is not None for r in rates):
         said += rate_said(sum(r or 0.0 for r in rates) / len(rates),
                           sum(w.span_s for w in drawn) / len(drawn), scale)
     return said + (f" on average over the {len(seeds)} replications' draws"

@@ -53,7 +53,7 @@ from kvbudget.results.recorded_whole_answer import reader_of
 from kvbudget.results.recording import OUTSIDE_WINDOW_STATUSES
 from kvbudget.results.recordings import Recording
 from kvbudget.results.run_result import RunResult
-from kvbudget.results.said import setting_lines
+from kvbudget.results.said import frontend_said, setting_lines
 from kvbudget.simulator.engine_config import EngineConfig
 from kvbudget.simulator.run import SimConfig, simulate
 from kvbudget.studies.recorded_replay import (
@@ -225,8 +225,8 @@ class OfflineValidation:
                          for r in self.per_request.to_dict(orient="records"))
         return study_repr(
             f"OfflineValidation: {self.num_compared:,} measured requests simulated under policy "
-            f"{self.simulated.summary.get('policy')} (a fixed front-end time of "
-            f"{self.frontend_overhead_s * 1e3:.2f} ms each)",
+            f"{self.simulated.summary.get('policy')}; "
+            f"{frontend_said(self.simulated.summary)}",
             setting_lines([self.simulated.summary]),
             [errors_line(self.table, OVERALL), *([f"per-request MAPE: {mape}"] if mape else []),
              *self.said],
@@ -368,6 +368,15 @@ def validate_recording(recording: Recording, config: SimConfig, *, policy: str |
     return result
 
 
+def simulated_included(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``validation.json`` says the simulated times included beside its
+    ``frontend_overhead_s`` (the calibrated fixed time a request, 0.0 where none was): the API
+    server's modelled cost (the run summary's ``frontend``: 11.31 ms a request, kept in
+    ``sim/summary.json`` alone before) and the words the screen says them in."""
+    return {"frontend": summary.get("frontend"),
+            "simulated_times_include": frontend_said(summary)}
+
+
 def write_validation(result: OfflineValidation, recording: Recording, out: Path, *,
                      meta: Mapping[str, Any] | None = None,
                      rows: npt.NDArray[np.bool_] | None = None,
@@ -382,7 +391,8 @@ def write_validation(result: OfflineValidation, recording: Recording, out: Path,
 
     out.mkdir(parents=True, exist_ok=True)
     counts_whole(result.table).to_csv(out / "validation.csv", index=False)
-    payload = {**result.to_dict(), "records": recording.path, "format": recording.format,
+    payload = {**result.to_dict(), **simulated_included(result.simulated.summary),
+               "records": recording.path, "format": recording.format,
                "counts": recording.counts, "notes": list(recording.notes),
                "holdout_rows": None if rows is None else int(np.asarray(rows).sum()),
                **dict(meta or {})}
@@ -478,7 +488,8 @@ def compare_live_run(workload: Workload, new_policy: Callable[[], BasePolicy],
     counts_whole(result.metrics).to_csv(out / "validation.csv", index=False)
     corrected = outcome.drift_corrected
     (out / "validation.json").write_text(json.dumps(
-        {**result.to_dict(), "policy": policy_name, **dict(meta or {}),
+        {**result.to_dict(), **simulated_included(sim.summary), "policy": policy_name,
+         **dict(meta or {}),
          "drift_corrected": None if corrected is None else {
              "factor": drift_factor, **corrected.to_dict()}},
         indent=2) + "\n")

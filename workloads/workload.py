@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvbudget.policies import Request
-from kvbudget.workloads.arrival_rate import mean_arrival_rate
+from kvbudget.workloads.arrival_rate import gaps_said, mean_arrival_rate, span_said
 from kvbudget.workloads.counted import counted
 
 IntArray = npt.NDArray[np.int64]
@@ -109,9 +109,9 @@ class Workload:
         n = len(self)
         head = f"Workload {self.name!r}: {counted(n, 'request')}"
         if n > 1 and self.meta.get("timed", True):
-            head += (f" over {self.span_s:,.1f} s"
-                     + (f" ({rate:.3g} req/s)" if (rate := mean_arrival_rate(n, self.span_s))
-                        is not None else ""))
+            rate = mean_arrival_rate(n, self.span_s)
+            head += (f" over {span_said(n, self.span_s)} s"
+                     + (f" ({rate:.3g} req/s: {gaps_said(n)})" if rate is not None else ""))
         counts = np.bincount(self.tier, minlength=len(self.tier_names)) if n else ()
         tiers = ", ".join(f"{name} {int(c):,}" for name, c in zip(
             self.tier_names, counts, strict=False) if c)

@@ -307,9 +307,11 @@ def test_the_simulated_line_gives_the_arrivals_span_and_rate(tmp_path: Path) -> 
         f"{i * 250},100,20\n" for i in range(41)))  # 4 req/s, written in ms
     code, stdout, stderr = run("simulate", "--trace", str(trace))
     assert code == 0, stderr
-    assert "workload ms: 41 requests over 2.8 h (0.004 req/s)" in stdout.replace("\n  ", " ")
+    assert ("workload ms: 41 requests over 2.78 h (0.004 req/s: 40 gaps between arrivals)"
+            in stdout.replace("\n  ", " "))
     code, stdout, stderr = run("simulate", "--trace", str(trace), "--rate-scale", "1000")
-    assert "workload ms: 41 requests over 10.0 s (4 req/s)" in stdout.replace("\n  ", " ")
+    assert ("workload ms: 41 requests over 10.0 s (4 req/s: 40 gaps between arrivals)"
+            in stdout.replace("\n  ", " "))
     code, stdout, stderr = run("simulate", "--trace", str(trace), "--users", "2")
     assert "workload ms: 41 requests, sent in closed loop by 2 users" in stdout.replace(
         "\n  ", " ")
@@ -368,7 +370,8 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
     # what serves the runs and what the file holds, as simulate says them
     assert _lines(stderr)[0] == ("model Llama-3.1-8B (assumed: the default scenario's) on "
                                  f"H100-SXM (assumed: the default scenario's H100-80GB), {H100}; "
-                                 "workload lengths: 30 requests over 30.1 s (0.963 req/s)")
+                                 "workload lengths: 30 requests over 30.1 s (0.963 req/s: 29 gaps "
+                                 "between arrivals)")
     assert _lines(stderr)[1] == ("workload lengths: source lengths.csv, format generic-csv; "
                                  "interactive 30 (100%): prompt mean 100 tokens, output mean 20, "
                                  "max_tokens 2,048")
@@ -400,7 +403,7 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                                  "prefill on, prefix caching on (no prefixes to share), bfloat16 "
                                  "weights, 16-bit KV, block_size 16, gpu_memory_utilization "
                                  "0.92); workload lengths: 30 requests over 30.1 s "
-                                 "(0.963 req/s)")
+                                 "(0.963 req/s: 29 gaps between arrivals)")
     # nor the model where it varies the model (it named the scenario's, Llama-3.1-8B)
     code, _, stderr = run("sweep", "--trace", str(trace), "--policies", "unlimited",
                           "--replications", "1", "--out", str(tmp_path / "sweep4"),
@@ -413,17 +416,18 @@ def test_what_a_trace_leaves_unsaid_is_said_with_the_answer(tmp_path: Path) -> N
                                  "max_num_batched_tokens 8,192, chunked prefill on, prefix "
                                  "caching on (no prefixes to share), 16-bit KV, block_size 16, "
                                  "gpu_memory_utilization 0.92); workload lengths: 30 requests "
-                                 "over 30.1 s (0.963 req/s)")
+                                 "over 30.1 s (0.963 req/s: 29 gaps between arrivals)")
     # a workload the study varies is said as the scenario's
     code, _, stderr = run("sweep", "--policies", "unlimited", "--replications", "1",
                           "--out", str(tmp_path / "sweep5"),
                           "--grid", "workload.duration_s=5,10")
     assert code == 0, stderr
     assert _lines(stderr)[0].endswith(
-        "; workload default: 1,668 requests over 5.0 min (5.56 req/s) in the replication's draw "
-        "at the scenario's values (the study varies workload.duration_s), each replication "
-        "drawing its own requests and count; the scenario's seed 0, which no replication runs, "
-        "draws the mix below: 1,617 requests over 5.0 min (5.4 req/s)")
+        "; workload default: 1,668 requests over 5.0 min (5.56 req/s: 1,667 gaps between "
+        "arrivals) in the replication's draw at the scenario's values (the study varies "
+        "workload.duration_s), each replication drawing its own requests and count; the "
+        "scenario's seed 0, which no replication runs, draws the mix below: 1,617 requests over "
+        "4.99 min (5.4 req/s: 1,616 gaps between arrivals)")
 
 
 def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: Path) -> None:
@@ -444,7 +448,8 @@ def test_compare_with_replications_says_the_model_and_what_it_assumed(tmp_path: 
                         "weights, 16-bit KV, block_size 16, gpu_memory_utilization 0.92), KV "
                         "capacity 1,004,016 tokens (62,751 blocks), the gateway's budget; "
                         "workload lengths: "
-                        "30 requests over 30.1 s (0.963 req/s)")
+                        "30 requests over 30.1 s (0.963 req/s: 29 gaps "
+                                 "between arrivals)")
     assert [ln.split(":")[0] for ln in lines[1:5]] == ["workload lengths", "warning", "assumed",
                                                        "assumed"]
 
@@ -733,6 +738,41 @@ def test_the_simulated_line_names_the_deployment(sets: list[str], where: str) ->
         first
 
 
+@pytest.mark.parametrize(("gpus", "caps"), [
+    # two A100s on a run whose GPU (the default scenario's H100) none of them is: summary.json
+    # said max_num_seqs 1,024 and max_num_batched_tokens 8,192, the H100's, beside a header
+    # saying the A100s' 256 and 2,048
+    ('["A100-80GB","A100-80GB"]', {"max_num_seqs": 256, "max_num_batched_tokens": 2048}),
+    # an L40S beside an H100: each replica's own caps, none for the fleet
+    ('["L40S","H100-80GB"]', None),
+], ids=["one-gpu-fleet", "mixed-caps"])
+def test_a_fleets_summary_says_the_knobs_its_replicas_ran(
+        gpus: str, caps: dict[str, int] | None, tmp_path: Path) -> None:
+    """summary.json's ``engine_knobs`` are the knobs the replicas ran on the GPUs ``fleet.gpus``
+    names, as the ``simulated:`` line says them; caps that differ between replicas are each
+    replica's (``engine.fleet.replicas``), not one GPU's for all."""
+    out = tmp_path / "run"
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", "--set",
+                               "fleet.num_replicas=2", "--set", f"fleet.gpus={gpus}",
+                               "--out", str(out))
+    assert code == 0, stderr
+    first = _lines(stdout)[0]
+    summary = json.loads((out / "summary.json").read_text())
+    knobs, replicas = summary["engine_knobs"], summary["engine"]["fleet"]["replicas"]
+    for r in replicas:  # each replica's, said with its GPU
+        assert f"max_num_seqs {r['max_num_seqs']:,}, max_num_batched_tokens " \
+            f"{r['max_num_batched_tokens']:,}" in first, first
+    if caps is None:
+        assert not {"max_num_seqs", "max_num_batched_tokens"} & set(knobs), knobs
+        assert len({(r["max_num_seqs"], r["max_num_batched_tokens"]) for r in replicas}) == 2
+    else:
+        assert {k: knobs[k] for k in caps} == caps, knobs
+        assert all({k: r[k] for k in caps} == caps for r in replicas), replicas
+        assert first.count("max_num_seqs") == 1, first  # said once, as the summary has it
+    for k in ("max_model_len", "gpu_memory_utilization"):  # what every replica ran alike
+        assert f"{k} {knobs[k]:,}" in first or f"{k} {knobs[k]:g}" in first, (k, first)
+
+
 def test_a_pool_the_model_does_not_fit_is_named_with_its_own_tensor_parallelism() -> None:
     """Qwen2.5-32B's 61 GiB on the decode pool's L4s: the error names the pool and the pool's
     own engine field (engine.tensor_parallel_size would change the prefill pool's too)."""
@@ -754,7 +794,8 @@ def test_the_simulated_line_says_a_closed_loop_sent_the_workload() -> None:
                           "(think time 2 s, fixed)"), first
     code, stdout, _ = run("simulate", "--set", "workload.num_requests=20")
     assert stdout.replace("\n  ", " ").splitlines()[0].endswith(
-        "; workload default: 20 requests over 4.5 s (4.19 req/s)")  # open loop: its arrivals
+        "; workload default: 20 requests over 4.53 s (4.19 req/s: 19 gaps between "
+        "arrivals)")  # open loop: its arrivals
 
 
 def test_an_unread_max_tokens_column_is_not_called_absent(tmp_path: Path) -> None:

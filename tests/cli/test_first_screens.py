@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.simulator.scenario import default_scenario
+from kvbudget.workloads.arrival_rate import span_said
 from kvbudget.workloads.workload import scale_rate
 
 
@@ -151,6 +152,15 @@ def test_validate_records_says_the_front_end_cost_its_simulation_added(tmp_path:
     assert "front-end overhead of 0.0 ms" not in said
     assert (f"simulated times include the API server's modelled cost (vllm-api-server: "
             f"{1e3 * per_request_s:.2f} ms a request,") in said, said
+    # validation.json said frontend_overhead_s 0.0 alone, the API server's cost in
+    # sim/summary.json only: it says what the simulated times included, as the screen does
+    validation = json.loads((out / "validation.json").read_text())
+    assert validation["frontend_overhead_s"] == 0.0
+    assert validation["frontend"] == summary["frontend"]
+    included = validation["simulated_times_include"]
+    assert included.startswith("simulated times include the API server's modelled cost "
+                               f"(vllm-api-server: {1e3 * per_request_s:.2f} ms a request,")
+    assert " ".join(included.split()) in said, (included, said)
 
 
 def test_the_slo_line_names_only_the_tiers_the_run_offered(tmp_path: Path) -> None:
@@ -394,10 +404,11 @@ def test_a_study_says_its_replications_draw_their_own_requests(tmp_path: Path) -
                                "--set", "workload.duration_s=20", "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]  # its wrapped rest joined
-    said = re.search(r"; workload default: ([\d.,]+) requests over [\d.]+ s \(([\d.]+) req/s\) "
-                     r"on average over the 2 replications' draws, each replication drawing its "
+    said = re.search(r"; workload default: ([\d.,]+) requests over [\d.]+ s \(([\d.]+) req/s, the mean of "
+                     r"the draws' rates, each over its gaps between arrivals\) on average over the 2 replications' draws, each replication drawing its "
                      r"own requests and count; the scenario's seed 0, which no replication runs, "
-                     r"draws the mix below: (\d+) requests over [\d.]+ s \([\d.]+ req/s\)$",
+                     r"draws the mix below: (\d+) requests over [\d.]+ s \([\d.]+ req/s: \d+ gaps "
+                     r"between arrivals\)$",
                      first)
     assert said, first
     import pandas as pd
@@ -444,7 +455,8 @@ def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> N
     short = ("--set", "workload.duration_s=20")
     code, stdout, _ = run("simulate", *short)
     assert code == 0
-    load = re.search(r" over [\d.]+ s \([\d.]+ req/s\)", stdout.replace("\n  ", " "))
+    load = re.search(r" over [\d.]+ s \([\d.]+ req/s: \d+ gaps between arrivals\)",
+                     stdout.replace("\n  ", " "))
     assert load, stdout
     code, _, stderr = run("plan", *short, "--gpus", "H100-80GB", "--replicas", "1", "-r", "1",
                           "-j", "1", "--out", tmp_path / "p")
@@ -457,7 +469,7 @@ def test_a_studys_first_line_says_the_load_as_simulate_does(tmp_path: Path) -> N
                           "--out", tmp_path / "c")
     assert code == 0, stderr
     first = stderr.replace("\n  ", " ").splitlines()[0]
-    scaled = load.group(0).replace(" req/s)", " req/s at rate scale 1)")
+    scaled = load.group(0).replace(" req/s:", " req/s at rate scale 1:")
     assert f"requests{scaled}" in first.split(seed)[1], (first, scaled)
 
 
@@ -565,8 +577,10 @@ def test_rate_scale_on_a_synthetic_workload_scales_it_as_sweep_does(tmp_path: Pa
                                "--rate-scale", "2", "--set", "workload.duration_s=20")
     assert code == 0, stderr
     text = stdout.replace("\n  ", " ")
-    rate = (plain["overall"]["offered"] - 1) / (plain["offered_window_s"] / 2)
-    assert f"over {plain['offered_window_s'] / 2:,.1f} s ({rate:.3g} req/s)" in text, text
+    num, window = plain["overall"]["offered"], plain["offered_window_s"] / 2
+    rate = (num - 1) / window
+    assert (f"over {span_said(num, window)} s ({rate:.3g} req/s: {num - 1:,} gaps between "
+            "arrivals)") in text, text
     assert "assumed: rate scale 2 taken as sweep --rate-scale takes it" in text, text
     scenario = tmp_path / "syn.toml"
     scenario.write_text(

@@ -8,12 +8,14 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import tomli_w
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
 from kvbudget.results.said import WIDTH, figure
 from kvbudget.studies.tune import Constraint, Evaluation, tiebreak
+from kvbudget.workloads.traces import load_trace
 from tests.conftest import small_scenario_dict
 
 
@@ -228,6 +230,56 @@ def test_trace_stats_says_the_span_in_a_unit_it_reads_in(tmp_path: Path) -> None
         assert code == 0, stderr
         assert said in stdout, stdout
         assert " h)" not in stdout or span >= 7200, stdout
+
+
+SAID_RATE = re.compile(r"([\d,]+) requests over ([\d.,]+) (s|min|h) \(([\d.]+) req/s"
+                       r"(?: at rate scale 1)?: ([\d,]+) gaps? between arrivals\)")
+UNIT_S = {"s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def _agree(text: str, num: int, rate_format: str = ".3g") -> None:
+    """Each ``N requests over SPAN (RATE req/s: G gaps between arrivals)`` in ``text`` says
+    ``num`` requests, their ``num - 1`` gaps, and the rate the gaps over the span as printed
+    give, to the digits printed."""
+    found = SAID_RATE.findall(" ".join(text.split()))
+    assert found, text
+    for count, span, unit, rate, gaps in found:
+        shown = float(span.replace(",", "")) * UNIT_S[unit]
+        assert (int(count.replace(",", "")), int(gaps.replace(",", ""))) == (num, num - 1)
+        assert format(int(gaps.replace(",", "")) / shown, rate_format) == rate, (span, rate)
+
+
+@pytest.mark.parametrize("times", [
+    [0, 0.3, 0.5, 0.888],  # 3 / 0.888 = 3.38 req/s, printed "0.9 s": 3 / 0.9 = 3.33
+    [round(i * 0.1254, 4) for i in range(80)],  # 79 gaps over 9.907 s: 7.97, "9.9 s" 7.98
+    [i * 37.3 for i in range(200)],  # minutes: 199 gaps over 123.7 min
+])
+def test_a_rate_beside_a_count_and_a_span_is_what_they_give(
+        times: list[float], tmp_path: Path) -> None:
+    """"80 requests over 9.9 s (7.96 req/s)": the rate is over the 79 gaps between the
+    arrivals, where a reader divides 80 / 9.9 = 8.08. simulate's line, a study's (one
+    replication: its draw's), a workload's repr and trace stats now say the gaps the rate is
+    over and the span to the decimals that give it."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{t},100,10\n" for t in times))
+    n = len(times)
+    code, stdout, stderr = run("simulate", "--trace", trace)
+    assert code == 0, stderr
+    _agree(stdout.split("\npolicy ")[0], n)
+    code, _, stderr = run("sweep", "--trace", trace, "--policies", "unlimited", "-r", "1",
+                          "--out", tmp_path / "sweep")
+    assert code == 0, stderr
+    _agree(stderr.split("\n\n")[0], n)
+    assert SAID_RATE.search(" ".join(repr(load_trace(trace).workload).split()))
+    _agree(repr(load_trace(trace).workload).splitlines()[0], n)
+    code, stdout, stderr = run("trace", "stats", trace)
+    assert code == 0, stderr
+    rows = re.search(r"rows ([\d,]+) .* span ([\d.,]+) s.* rate ([\d.,]+) req/s \(([\d,]+) gaps "
+                     r"between arrivals\)", stdout)
+    assert rows, stdout
+    _agree(f"{rows[1]} requests over {rows[2]} s ({rows[3]} req/s: {rows[4]} gaps between "
+           "arrivals)", n, ",.3f")
 
 
 def test_a_studys_setting_lines_are_wrapped(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli.main import app
@@ -97,6 +98,44 @@ def test_a_memory_fraction_given_beside_num_gpu_blocks_is_said_unused(tmp_path: 
     assert code == 0 and "gpu_memory_utilization 0.7, also given, unused" in flat(stdout)
     code, stdout, _ = run(*base)
     assert code == 0 and "unused" not in flat(stdout.split("\npolicy ")[0])
+
+
+POOLS = ("--set", "disaggregation.prefill.num_replicas=1", "--set",
+         "disaggregation.decode.num_replicas=2")
+
+
+@pytest.mark.parametrize(("sets", "said"), [
+    # [engine]'s blocks, each pool's: 2 decode replicas x 5,000 blocks x 16 tokens
+    (["engine.num_gpu_blocks=5000", "engine.gpu_memory_utilization=0.8"],
+     "KV capacity 160,000 tokens (the decode pool's; each pool's num_gpu_blocks 5,000 given, not "
+     "sized from the GPU's memory; gpu_memory_utilization 0.8, also given, unused)"),
+    # one pool's own: the other sized from its GPU's memory, as said without a word
+    (["disaggregation.decode.engine={num_gpu_blocks=3000}"],
+     "KV capacity 96,000 tokens (the decode pool's: num_gpu_blocks 3,000 given, not sized from "
+     "the GPU's memory)"),
+    (["disaggregation.prefill.engine={num_gpu_blocks=3000}"],
+     "tokens (the decode pool's; the prefill pool's num_gpu_blocks 3,000 given, not sized from "
+     "the GPU's memory)"),
+], ids=["engine", "decode", "prefill"])
+def test_a_pools_given_kv_blocks_are_said_as_one_engines_are(
+        sets: list[str], said: str, tmp_path: Path) -> None:
+    """A disaggregated deployment given ``num_gpu_blocks`` said 'KV capacity 160,000 tokens
+    (the decode pool's)', without the '(engine.num_gpu_blocks N given, not sized from the
+    GPU's memory)' a colocated engine's line says (nor the fraction given beside it, unused):
+    now said per pool, and summary.json's pools' knobs keep the fraction beside the blocks."""
+    args = [a for kv in sets for a in ("--set", kv)]
+    code, stdout, stderr = run("simulate", "--set", "workload.num_requests=20", *POOLS, *args,
+                               "--out", tmp_path / "r")
+    assert code == 0, stderr
+    first = flat(stdout.split("\npolicy ")[0])
+    assert said in first, first
+    assert first.count("not sized from") == 1, first
+    knobs = json.loads((tmp_path / "r" / "summary.json").read_text())["engine_knobs"]
+    given = [name for name in ("prefill", "decode") if "num_gpu_blocks" in knobs[name]]
+    assert given == (["prefill", "decode"] if "each pool's" in said
+                     else ["prefill"] if "prefill pool's" in said else ["decode"]), knobs
+    if "unused" in said:
+        assert knobs["decode"]["gpu_memory_utilization"] == 0.8
 
 
 def test_validate_says_the_memory_fraction_its_kv_blocks_were_sized_at(tmp_path: Path) -> None:

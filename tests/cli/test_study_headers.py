@@ -154,7 +154,8 @@ def test_a_studys_rate_is_the_one_its_table_scales(tmp_path: Path) -> None:
     'offered req/s' said 5.7. The line now gives the replications' mean, which each table's
     rate is the scaled mean of, and the seed's draw as the seed's."""
     load = re.compile(r"workload default: [\d,.]+ requests over [\d.]+ s \(([\d.]+) req/s"
-                      r"( at rate scale 1)?\) on average over the 2 replications' draws, each "
+                      r"( at rate scale 1)?, the mean of the draws' rates, each over its gaps "
+                      r"between arrivals\) on average over the 2 replications' draws, each "
                       r"replication drawing its own requests; the scenario's seed 0, which no "
                       r"replication runs, draws the mix below: 200 requests over ")
     args = ("-r", "2", "-j", "1", "--no-plot", "--set", "workload.num_requests=200")

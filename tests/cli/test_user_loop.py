@@ -71,6 +71,33 @@ def test_plan_says_nothing_of_few_requests_over_more_than_100() -> None:
         [*runs, {"interactive_completed": 100}], ["interactive"])
 
 
+def test_tune_says_its_p99s_rest_on_few_requests(tmp_path: Path) -> None:
+    """tune's table gave each setting's p99 TTFT bound over runs of as few as 28 interactive
+    requests without the clause simulate, compare, plan and sweep give: a p99 over 100 or
+    fewer is about the maximum, which one request moves."""
+    import pandas as pd
+
+    args = ["tune", "--param", "engine.max_num_seqs=8:64:int", "--replications", "2",
+            "--grid-points", "2", "--refine-evals", "0", "--validate", "0", "--set",
+            "workload.num_requests=40", "-j", "1"]
+    out, _ = invoke(*args, "--slo", "tiers.interactive.ttft_s.p99<=2", "--out",
+                    str(tmp_path / "a"))
+    runs = pd.read_parquet(tmp_path / "a" / "evidence.parquet")
+    fewest = int(runs["interactive_completed"].min())
+    said = one_line(out)
+    assert (f"'feasible' where every one holds there (a p99 over 100 completed requests or "
+            f"fewer, here as few as {fewest} in a run, lies between the two largest values, "
+            "about the maximum, which one request moves)") in said, said
+    # the objective a p99: said beside it; none shown: nothing said
+    out, _ = invoke(*args, "--objective", "interactive_ttft_p99_s", "--minimize", "--out",
+                    str(tmp_path / "b"))
+    said = one_line(out)
+    assert ("objective: minimise interactive_ttft_p99_s (a p99 over 100 completed requests or "
+            f"fewer, here as few as {fewest} in a run,") in said, said
+    out, _ = invoke(*args, "--out", str(tmp_path / "c"))
+    assert "as few as" not in one_line(out), out
+
+
 FIT = ["--gpu", "H100-SXM", "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
        "--block-size", "128", "--num-gpu-blocks", "9", "--max-evals", "3", "--allow-small-fit"]
 SECOND = FIXTURES / "vllm-bench-0.32.0" / "burst05.json"  # 20 requests, 8 req/s, burstier
@@ -110,9 +137,15 @@ def test_calibrate_holdout_keeps_its_check_and_every_use_of_the_file_says_it(
     printed = held_out_rows(out)
     for metric, error in held["error"].items():  # the file's figures are the printed ones
         assert printed[metric] == pct(error), (metric, printed, held)
+    # the errors' counts: TTFT and TPOT over the fitted requests not read whole (it said '10
+    # requests' of errors over 5), the held-out ones over none (not measured) and E2E over 10
+    counts = cal["in_sample_counts"]
+    assert counts["e2e_s"] == 10 and 0 < counts["ttft_s"] == counts["tpot_s"] < 10, counts
+    assert held["counts"] == {"ttft_s": 0, "tpot_s": 0, "e2e_s": 10}, held
     line = (f"{cost}: fitted by calibrate --records on rate8.json (vllm bench serve), 10 "
-            f"requests of its 20 measured; in sample: {figures(cal['in_sample_error'])}; held "
-            f"out (the last 0.5, 10 requests): {figures(held['error'])}")
+            f"requests of its 20 measured; in sample: {figures(cal['in_sample_error'])} (TTFT "
+            f"and TPOT over {counts['ttft_s']}, E2E over 10 of them; output tok/s over all 10); "
+            f"held out (the last 0.5, 10 requests): {figures(held['error'])}")
     trace = tmp_path / "second.csv"
     invoke("trace", "convert", str(SECOND), "--out", str(trace))
     _, err = invoke("simulate", "--trace", str(trace), "--cost-model", str(cost), "--gpu",
@@ -157,6 +190,30 @@ def test_a_file_fitted_without_holdout_says_it_had_no_held_out_check(
                             "others"), said
 
 
+def test_a_files_model_from_a_config_json_is_named_by_its_path(tmp_path: Path) -> None:
+    """A file fitted with ``--model path/model/config.json`` was refused on another model as
+    'fitted on H100-SXM / model TP1 EP1': the folder's name, which the user never gave. Both
+    the file's model and the one used are named by the config.json's path, a preset by its
+    name."""
+    config = tmp_path / "model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY))
+    cost = tmp_path / "cost.json"
+    invoke("calibrate", "--records", str(FIRST), "--model", str(config), *FIT, "--out",
+           str(cost))
+    res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=10",
+                                   "--cost-model", str(cost)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"error: {cost}: fitted on H100-SXM / {config} TP1 EP1, not "
+                                 "H100-SXM / Llama-3.1-8B TP1 EP1;"), res.stderr
+    res = CliRunner().invoke(app, ["simulate", "--set", "workload.num_requests=10",
+                                   "--cost-model", str(cost), "--model", str(config),
+                                   "--gpu", "A100-80GB"])
+    assert res.exit_code == 2, res.output
+    assert f"not A100-80GB / {config} TP1 EP1;" in res.stderr, res.stderr
+    assert "/ model TP1" not in res.stderr
+
+
 def test_fit_said_of_files_that_keep_less() -> None:
     """Hand-made: a file from before the held-out check was kept, one of calibrate --url (no
     recording), and one whose errors are null (a figure undefined on the measured side)."""
@@ -167,6 +224,17 @@ def test_fit_said_of_files_that_keep_less() -> None:
     assert line == ("cost.json: fitted by calibrate --records on a.csv (records), 1 request; "
                     "in sample: p50 TTFT not measured; held out the last 0.3, but the file does not keep what that check found "
                     "(calibrate printed it; a file written before the check was kept)")
+    # each error's count where any is over fewer than the requests fitted
+    counted = {"calibration": {"records": "/r/a.csv", "rows": 20, "in_sample_error": {
+        "ttft_p50_s": 0.01, "tpot_p50_s": -0.02, "e2e_p50_s": 0.03},
+        "in_sample_counts": {"ttft_s": 5, "tpot_s": 4, "e2e_s": 20},
+        "held_out": {"fraction": 0.5, "num_requests": 8, "error": {"ttft_p50_s": 0.1},
+                     "counts": {"ttft_s": 8, "tpot_s": 8, "e2e_s": 8}}}}
+    (line,) = fit_said(path, counted)
+    assert line == ("cost.json: fitted by calibrate --records on a.csv (a recording), 20 "
+                    "requests; in sample: p50 TTFT +1.0%, p50 TPOT -2.0%, p50 E2E +3.0% (TTFT "
+                    "over 5, TPOT over 4, E2E over 20 of them; output tok/s over all 20); held "
+                    "out (the last 0.5, 8 requests): p50 TTFT +10.0%"), line
     assert fit_said(path, {"calibration": {"source": "calibrate --url"}}) == ()
     assert fit_said(path, {"kind": "vllm-v1"}) == ()
 

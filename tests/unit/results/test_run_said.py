@@ -97,7 +97,8 @@ def test_a_workloads_and_a_loaded_traces_repr_say_their_figures_and_assumptions(
     lines = repr(loaded).splitlines()
     # the failed row's drop is said once: in the workload's warning (every run repeats it)
     assert lines[0] == f"{trace} (generic-jsonl): 6 rows read, 5 loaded"
-    assert lines[1] == ("Workload 't': 5 requests over 4.0 s (1 req/s); interactive 3, batch 2")
+    assert lines[1] == ("Workload 't': 5 requests over 4.0 s (1 req/s: 4 gaps between "
+                        "arrivals); interactive 3, batch 2")
     assert lines[2].startswith("prompt tokens mean 300, p50 / p99 300 / 496; output tokens mean "
                                "30, p50 / p99 30 / 50; max_output_tokens mean 2,048")
     assert [ln.split(":")[0] for ln in lines[3:]] == ["warning", "assumed"]  # tiers given

@@ -55,6 +55,11 @@ CASES = {
         'fleet.gpus=["H100", "A100-80GB"]',
         "fleet.num_replicas=2",
     ],
+    "one-gpu fleet": [  # every replica on a GPU not the run's: its caps, not the run's GPU's
+        "workload.num_requests=20",
+        'fleet.gpus=["A100-80GB", "A100-80GB"]',
+        "fleet.num_replicas=2",
+    ],
     "autoscaled": [
         "workload.num_requests=20",
         "fleet.autoscale.min_replicas=1",

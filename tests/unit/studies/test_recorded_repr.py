@@ -25,8 +25,11 @@ def test_an_offline_validations_repr(recording: kb.Recording) -> None:
     v = kb.validate_recording(recording, kb.SimConfig(engine=ENGINE), cost_model=TRUTH)
     lines = repr(v).splitlines()
     assert _unwrapped(repr(v)).startswith(
-        "OfflineValidation: 40 measured requests simulated under policy unlimited (a fixed "
-        "front-end time of 0.00 ms each) simulated: Llama-3.1-8B (assumed: the default "
+        # what the simulated times include, as validate says it (it said 'a fixed front-end
+        # time of 0.00 ms each' whatever the API server's modelled cost)
+        "OfflineValidation: 40 measured requests simulated under policy unlimited; simulated "
+        "times include no front-end cost (the engine's steps alone) simulated: Llama-3.1-8B "
+        "(assumed: the default "
         "scenario's) on H100-80GB (assumed: the default scenario's), engine vllm")
     e = v.errors()
     assert (f"simulated against measured (all): TTFT p50 {e['ttft_p50_s']:+.1%}, p99 "

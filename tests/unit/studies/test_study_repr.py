@@ -37,7 +37,7 @@ def test_a_replicated_comparisons_repr_says_what_it_ran_over_and_found(tmp_path:
     # a trace names neither the model nor the GPU: the default scenario's, assumed
     assert lines[1] == ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM "
                         f"(assumed: the default scenario's H100-80GB), {ENGINE}, {KV}; workload "
-                        "lengths: 20 requests over 22.8 s (0.833 req/s)")
+                        "lengths: 20 requests over 22.8 s (0.833 req/s: 19 gaps between arrivals)")
     assert lines[2].startswith("workload lengths: source ")
     assert c.setting == tuple(lines[1:len(c.setting) + 1])
     assert _said(repr(c))[3:6] == ["warning", "assumed", "assumed"]
@@ -64,7 +64,7 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     slo = (Constraint.parse("overall_ttft_p99_s<=1000"),)  # met by every setting
     setting = ("model Llama-3.1-8B (assumed: the default scenario's) on H100-SXM (assumed: the "
                f"default scenario's H100-80GB), {ENGINE}, {KV}; workload lengths: 20 requests "
-               "over 22.8 s (0.833 req/s)")
+               "over 22.8 s (0.833 req/s: 19 gaps between arrivals)")
     # the trace's requests are all 'interactive': the default objective (the batch tier's) is
     # refused, so the interactive tier's is tuned
     tuned = kb.tune(kb.TuneSpec(scn, (Param("engine.max_num_seqs", 8, 64, True),),
@@ -86,7 +86,7 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
     lines = repr(cap).splitlines()
     assert lines[0] == ("CapacityResult: the largest arrival rate meeting "
                         "overall_slo_attainment>=0.9 (mean over 1")
-    assert lines[2] == setting.replace("req/s)", "req/s at rate scale 1)")  # it scales them
+    assert lines[2] == setting.replace("req/s:", "req/s at rate scale 1:")  # it scales them
     c = cap.capacities[0]
     assert f"conservative: {c.capacity_rps:.4g} req/s ({c.capacity_rps_per_gpu:.4g} per GPU)" \
         in repr(cap)
@@ -101,7 +101,7 @@ def test_tune_capacity_and_plan_results_say_what_they_found_over_what(tmp_path: 
         "tries (each with its own KV capacity and its GPU's default max_num_seqs and "
         "max_num_batched_tokens), "
         + ENGINE.replace("max_num_seqs 1,024, max_num_batched_tokens 8,192, ", "")
-        + "; workload lengths: 20 requests over 22.8 s (0.833 req/s)")
+        + "; workload lengths: 20 requests over 22.8 s (0.833 req/s: 19 gaps between arrivals)")
     assert "cheapest: H100-80GB 1x1 conservative $2.50/h (1 GPUs)" in lines
     for result in (tuned, cap, planned):
         assert "Scenario(" not in repr(result) and "spec=" not in repr(result)

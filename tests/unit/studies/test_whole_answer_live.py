@@ -99,6 +99,12 @@ def test_ttft_and_tpot_are_compared_over_the_requests_not_read_at_once(
     assert f"\ncompleted,{NUM},{NUM}," in written, written
     metrics = json.loads((tmp_path / "validation.json").read_text())["metrics"]
     assert [m["measured"] for m in metrics if m["metric"] == "completed"] == [NUM]
+    # what the simulated times included, as the simulation's summary has it (validation.json
+    # said frontend_overhead_s alone)
+    written_json = json.loads((tmp_path / "validation.json").read_text())
+    sim_summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert written_json["frontend"] == sim_summary["frontend"]
+    assert written_json["simulated_times_include"].startswith("simulated times include ")
     assert all(type(m["measured"]) is int for m in metrics
                if m["metric"] in ("completed", "preemptions", "rejections"))
     # the fake live run is the simulation: over the other 5 requests, TTFT and TPOT agree
