@@ -28,7 +28,7 @@ from kvbudget.results.recordings import (
     refuse_unreadable_records,
 )
 from kvbudget.results.said import WIDTH, fill
-from kvbudget.workloads.arrival_rate import gaps_said, span_said
+from kvbudget.workloads.arrival_rate import span_said
 from kvbudget.workloads.counted import counted
 from kvbudget.workloads.errors import TraceError
 from kvbudget.workloads.fetch import SOURCES, fetch
@@ -98,7 +98,8 @@ def _print_stats(file: str, stats: dict[str, Any], tiers: dict[str, dict[str, An
     span_text = ("lengths only" if span is None else f"{span_said(rows, span, rate_format=',.3f')} s" + (
         "" if span < 120 else f" ({span / 60:,.1f} min)" if span < 7200
         else f" ({span / 3600:,.1f} h)"))
-    gaps = "" if stats["rate_rps"] is None else f" ({gaps_said(rows)})"
+    # "29 gaps", not gaps_said's "29 gaps between arrivals": the line fits 100 columns
+    gaps = "" if stats["rate_rps"] is None else f" ({rows - 1:,} gap{'s' * (rows != 2)})"
     print(f"  rows {rows:,} (dropped {stats['dropped_rows']:,})   span {span_text}   "
           f"rate {_fmt(stats['rate_rps'], 3)} req/s{gaps}   inter-arrival CV "
           f"{_fmt(stats['interarrival_cv'], 2)}")

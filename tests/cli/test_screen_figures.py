@@ -275,8 +275,8 @@ def test_a_rate_beside_a_count_and_a_span_is_what_they_give(
     _agree(repr(load_trace(trace).workload).splitlines()[0], n)
     code, stdout, stderr = run("trace", "stats", trace)
     assert code == 0, stderr
-    rows = re.search(r"rows ([\d,]+) .* span ([\d.,]+) s.* rate ([\d.,]+) req/s \(([\d,]+) gaps "
-                     r"between arrivals\)", stdout)
+    rows = re.search(r"rows ([\d,]+) .* span ([\d.,]+) s.* rate ([\d.,]+) req/s \(([\d,]+) gaps\)",
+                     stdout)
     assert rows, stdout
     _agree(f"{rows[1]} requests over {rows[2]} s ({rows[3]} req/s: {rows[4]} gaps between "
            "arrivals)", n, ",.3f")
