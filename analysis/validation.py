@@ -556,14 +556,18 @@ is past ``n - 2`` while ``n <= 100``); a p90 likewise over 10 or fewer."""
 _METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
+def _compared(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
+    """The requests a comparison is over: completed, and of ``rows`` where given."""
+    keep = (measured["status"] == "completed").to_numpy()
+    return keep if rows is None else keep & np.asarray(rows, dtype=bool)
+
+
 def metric_counts(measured: pd.DataFrame, rows: npt.NDArray[np.bool_] | None = None
                   ) -> dict[str, int]:
     """How many requests each of TTFT, TPOT and E2E is compared over (``compare_recorded``'s:
     completed, of ``rows``, the metric measured: a request whose answer the client read whole
     has no TTFT or TPOT), ``{"ttft_s": n, ...}``."""
-    keep = (measured["status"] == "completed").to_numpy()
-    if rows is not None:
-        keep = keep & np.asarray(rows, dtype=bool)
+    keep = _compared(measured, rows)
     return {metric: int((keep & np.isfinite(measured[metric].to_numpy(dtype=np.float64))).sum())
             for metric in _METRIC_WORDS}
 
@@ -584,27 +588,20 @@ def few_requests_said(measured: pd.DataFrame, stages: Sequence[str] | None = Non
     about the maximum, which one request moves (:data:`FEW_FOR_P99`): how many each metric's
     figures are over (``compare_recorded``'s requests: completed, ``rows``, each metric's
     measured ones) and a load stage's fewest; None where every one has more."""
-    keep = (measured["status"] == "completed").to_numpy()
-    if rows is not None:
-        keep = keep & np.asarray(rows, dtype=bool)
+    keep = _compared(measured, rows)
     labels = np.array([OVERALL] * len(measured) if stages is None else list(stages), dtype=object)
     counts, fewest = {}, math.inf
-    for metric, word in _METRIC_WORDS.items():
+    for metric in _METRIC_WORDS:
         have = keep & np.isfinite(measured[metric].to_numpy(dtype=np.float64))
         if have.any():
-            counts[word] = int(have.sum())
+            counts[metric] = int(have.sum())
             fewest = min([fewest, *(int((have & (labels == s)).sum())
                                     for s in dict.fromkeys(labels[have].tolist()))])
     if not counts or fewest > FEW_FOR_P99:
         return None
-    by_count: dict[int, list[str]] = {}
-    for word, n in counts.items():
-        by_count.setdefault(n, []).append(word)
-    over = ", ".join(_and(words) + f" over {counted(n, 'request')}"
-                     for n, words in by_count.items())
     stage = (f", a load stage's over as few as {int(fewest):,}"
              if fewest < min(counts.values()) else "")
-    return (f"few requests: {over}{stage}: a p99 over {FEW_FOR_P99} or fewer lies between the "
+    return (f"few requests: {counts_said(counts)}{stage}: a p99 over {FEW_FOR_P99} or fewer lies between the "
             "two largest values (a p90 over 10 or fewer too), about the maximum, which one "
             "request moves")
 

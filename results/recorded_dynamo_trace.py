@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -124,23 +124,6 @@ class Ended:
     decode_on: EngineId | None = None
     session: str = ""
     parent_session: str = ""
-
-    def on(
-        self,
-        prefill_on: EngineId | None,
-        decode_on: EngineId | None,
-        session: str,
-        parent_session: str,
-    ) -> Ended:
-        """This record with the engines that served it (:func:`_workers`) and its agent
-        session (:func:`_agent`)."""
-        return replace(
-            self,
-            prefill_on=prefill_on,
-            decode_on=decode_on,
-            session=session,
-            parent_session=parent_session,
-        )
 
 
 def _number(
@@ -210,6 +193,8 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
         )
     model = request.get("model")
     block, hashes = _replay_hashes(path, line, replay)
+    prefill_on, decode_on = _workers(path, line, request.get("worker"))
+    session, parent_session = _agent(path, line, event.get("agent_context"))
     return Ended(
         received_ms=received,
         prompt=prompt,
@@ -223,9 +208,10 @@ def _ended(path: Path, line: int, event: Mapping[str, Any]) -> Ended:
         cached=_number(path, line, request, "cached_tokens", whole=True),
         block_tokens=block,
         hashes=hashes,
-    ).on(
-        *_workers(path, line, request.get("worker")),
-        *_agent(path, line, event.get("agent_context")),
+        prefill_on=prefill_on,
+        decode_on=decode_on,
+        session=session,
+        parent_session=parent_session,
     )
 
 
